@@ -1,0 +1,3 @@
+from memtap.cli.main import main
+
+main()

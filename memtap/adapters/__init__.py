@@ -1,0 +1,1 @@
+"""Memory backends behind the proxy: one protocol, one module per backend."""

@@ -1,0 +1,1 @@
+"""The memtap command line: one module per command group."""

@@ -1,0 +1,57 @@
+"""The ``memtap`` command. Commands import their heavy dependencies when they run,
+so ``memtap --help`` starts fast."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from memtap import __version__
+from memtap.errors import MemtapError
+
+__all__ = ["cli", "main"]
+
+
+class MemtapCommandError(click.ClickException):
+    """A MemtapError shown as one line, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"memtap: error: {self.format_message()}", err=True)
+
+
+class MemtapGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MemtapError as exc:
+            raise MemtapCommandError(str(exc)) from exc
+
+
+@click.group(cls=MemtapGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="memtap")
+def cli() -> None:
+    """memtap: see what an agent writes to, changes in, deletes from and reads
+    back out of its long-term memory."""
+
+
+def _register() -> None:
+    from memtap.cli import demo, items, serve, trace
+
+    cli.add_command(serve.serve)
+    cli.add_command(trace.trace)
+    cli.add_command(items.items)
+    cli.add_command(demo.demo)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="memtap")
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,63 @@
+"""Options shared by several commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from memtap.errors import ConfigError
+
+__all__ = ["db_option", "json_option", "open_store", "parse_host_port"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _default_db() -> Path:
+    from memtap.proxy.runtime import default_db_path
+
+    return default_db_path()
+
+
+def db_option(func: F) -> F:
+    return click.option(
+        "--db",
+        "db",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Trace database (default: $MEMTAP_DB or ~/.memtap/memtap.db).",
+    )(func)
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")(func)
+
+
+def resolve_db(db: Path | None) -> Path:
+    return db if db is not None else _default_db()
+
+
+def open_store(db: Path | None) -> Any:
+    """Open an existing trace database for reading; a missing one is an error, not a new file."""
+    from memtap.trace.store import TraceStore
+
+    path = resolve_db(db)
+    if not path.exists():
+        raise ConfigError(f"no trace database at {path} (run 'memtap serve' first, or pass --db)")
+    return TraceStore(path)
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise ConfigError(f"--http takes HOST:PORT; {value!r} has no valid port") from None
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"--http port {number} is out of range 0-65535")
+    return host, number

@@ -1,0 +1,76 @@
+"""``memtap serve``: the MCP front door over the embedded memory backend."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import click
+
+from memtap.cli.options import db_option, parse_host_port, resolve_db
+
+DEFAULT_HTTP = "127.0.0.1:8750"
+
+
+@click.command()
+@click.option("--http", "http", metavar="HOST:PORT", help=f"Serve streamable HTTP at /mcp (default {DEFAULT_HTTP}).")
+@click.option("--stdio", is_flag=True, help="Serve MCP over standard input and output.")
+@db_option
+@click.option("--durable", is_flag=True, help="Commit each event before the caller gets its answer.")
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    metavar="KEY=PRINCIPAL",
+    help="Accept this bearer key as this principal (repeatable; also $MEMTAP_API_KEYS).",
+)
+@click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
+@click.option(
+    "--gate",
+    type=click.Choice(["observe", "enforce"]),
+    default="observe",
+    show_default=True,
+    help="Record access-tag violations on retrieval, or also withhold the items.",
+)
+@click.option(
+    "--max-content-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True, help="Largest memory."
+)
+@click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
+@click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
+def serve(
+    http: str | None,
+    stdio: bool,
+    db: Path | None,
+    durable: bool,
+    api_keys: tuple[str, ...],
+    principal: str,
+    gate: str,
+    max_content_bytes: int,
+    console_spans: bool,
+    verbose: bool,
+) -> None:
+    """Serve memory tools over MCP (stdio and/or streamable HTTP), recording every call."""
+    import anyio
+
+    from memtap.proxy.policy import GateMode
+    from memtap.proxy.runtime import Settings, parse_api_keys
+    from memtap.proxy.serve import serve as run
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
+    env_keys = os.environ.get("MEMTAP_API_KEYS")
+    settings = Settings(
+        db=resolve_db(db),
+        durable=durable,
+        api_keys=parse_api_keys([*api_keys, *([env_keys] if env_keys else [])]),
+        default_principal=principal,
+        gate=GateMode(gate),
+        max_content_bytes=max_content_bytes,
+        console_spans=console_spans,
+    )
+    address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
+    if address is not None:
+        settings.check_bind(address[0])
+        if not stdio:
+            click.echo(f"memtap: serving MCP at http://{address[0]}:{address[1]}/mcp (db {settings.db})", err=True)
+    anyio.run(lambda: run(settings, http=address, stdio=stdio))

@@ -1,0 +1,72 @@
+"""One exception hierarchy for memtap.
+
+Every error memtap raises on purpose derives from :class:`MemtapError`; each
+subpackage has one base of its own. The CLI turns these into a one-line message
+and exit code 2; the front doors turn them into protocol errors (an MCP tool
+error, an HTTP status with a JSON body).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "ConfigError",
+    "ContentTooLarge",
+    "InvalidArguments",
+    "ItemNotFound",
+    "MemtapError",
+    "ProxyError",
+    "SchemaTooNew",
+    "StoreError",
+    "UnknownTool",
+]
+
+
+class MemtapError(Exception):
+    """Base of every error memtap raises on purpose."""
+
+
+class ConfigError(MemtapError):
+    """Configuration or command-line input that cannot be used."""
+
+
+class StoreError(MemtapError):
+    """The trace database cannot be opened, migrated or written."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer memtap whose migrations we do not know."""
+
+
+class BackendError(MemtapError):
+    """A memory backend refused or failed an operation."""
+
+
+class ItemNotFound(BackendError):
+    """No memory item with that id exists in that namespace."""
+
+    def __init__(self, item_id: str, namespace: str, *, deleted_at: str | None = None) -> None:
+        if deleted_at is None:
+            message = f"no memory item {item_id!r} in namespace {namespace!r}"
+        else:
+            message = f"memory item {item_id!r} in namespace {namespace!r} was deleted at {deleted_at}"
+        super().__init__(message)
+        self.item_id = item_id
+        self.namespace = namespace
+        self.deleted_at = deleted_at
+
+
+class ProxyError(MemtapError):
+    """A front door received a request it cannot serve."""
+
+
+class UnknownTool(ProxyError):
+    """A tool call named a tool this server does not offer."""
+
+
+class InvalidArguments(ProxyError):
+    """A tool call's arguments do not match the tool's schema."""
+
+
+class ContentTooLarge(InvalidArguments):
+    """Memory content larger than the configured limit."""

@@ -1,0 +1,46 @@
+"""Sortable identifiers: 26 Crockford base32 characters, time first (ULID layout).
+
+Ids made in one process are strictly increasing, also within one millisecond, so
+sorting event ids sorts events by the time they started.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_lock = threading.Lock()
+_last_ms = 0
+_last_rand = 0
+
+
+def _encode(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_id() -> str:
+    """A new time-sortable id, unique and increasing within this process."""
+    global _last_ms, _last_rand
+    with _lock:
+        now = time.time_ns() // 1_000_000
+        if now <= _last_ms:
+            now = _last_ms
+            rand = _last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1  # leave room to count up
+        _last_ms, _last_rand = now, rand
+    return _encode(now, 10) + _encode(rand, 16)
+
+
+def id_time_ms(identifier: str) -> int:
+    """The millisecond timestamp encoded at the start of an id."""
+    value = 0
+    for char in identifier[:10]:
+        value = value * 32 + _ALPHABET.index(char)
+    return value

@@ -1,0 +1,1 @@
+"""Front doors: the MCP server, request context, the access gate, the ASGI app."""

@@ -1,0 +1,114 @@
+"""The ASGI app ``memtap serve`` runs: the MCP front door at ``/mcp`` and ``/healthz``."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.routing import Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memtap import __version__
+from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
+from memtap.proxy.runtime import Runtime, is_loopback
+
+__all__ = ["PrincipalGate", "create_app"]
+
+
+class PrincipalGate:
+    """Authenticates HTTP requests and puts the caller's principal into the ASGI scope.
+
+    With API keys configured, a request must carry ``Authorization: Bearer KEY``
+    and its principal is the key's. Without keys (loopback only), the principal is
+    ``X-Memtap-Principal`` or the default. Keys never leave this class.
+    """
+
+    def __init__(self, app: ASGIApp, keys: dict[str, str], default_principal: str) -> None:
+        self.app = app
+        self.keys = keys
+        self.default_principal = default_principal
+
+    def _principal(self, scope: Scope) -> str | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if not self.keys:
+            return headers.get("x-memtap-principal") or self.default_principal
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        for key, principal in self.keys.items():
+            if hmac.compare_digest(key.encode(), token.strip().encode()):
+                return principal
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            principal = self._principal(scope)
+            if principal is None:
+                body = json.dumps(
+                    {"error": {"message": "missing or unknown API key (Authorization: Bearer KEY)",
+                               "type": "authentication_error"}}
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+            scope[PRINCIPAL_SCOPE_KEY] = principal
+        await self.app(scope, receive, send)
+
+
+def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
+    """The app over an open runtime; its lifespan runs the MCP session manager."""
+    settings = runtime.settings
+    server = build_mcp_server(runtime.service, default_principal=settings.default_principal)
+    security = (
+        TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+        if is_loopback(host)
+        else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+    manager = StreamableHTTPSessionManager(
+        app=server,
+        json_response=True,
+        security_settings=security,
+        max_request_body_size=max(4 << 20, 2 * settings.max_content_bytes + (64 << 10)),
+    )
+    started = time.monotonic()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "version": __version__,
+            "db": str(settings.db),
+            "durable": settings.durable,
+            "backend": runtime.backend.name,
+            "uptime_s": round(time.monotonic() - started, 3),
+            "recorder": runtime.recorder.stats_dict(),
+        }
+
+    app.router.routes.append(
+        Mount("/mcp", app=PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal))
+    )
+    return app

@@ -1,0 +1,102 @@
+"""The MCP front door: memory tools over stdio and streamable HTTP.
+
+Built on the SDK's low-level ``Server``: ``tools/list`` serves the tool specs,
+``tools/call`` hands the call to the memory service with the context the request
+carries. A tool failure is an MCP tool error (``is_error``), never a dropped
+connection, so the server stays up.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import mcp.types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+
+from memtap import __version__
+from memtap.proxy.context import fields_from_headers, fields_from_meta
+from memtap.proxy.service import MemoryService, ToolOutcome
+from memtap.proxy.tools import TOOLS
+
+__all__ = ["PRINCIPAL_SCOPE_KEY", "build_mcp_server", "client_name"]
+
+PRINCIPAL_SCOPE_KEY = "memtap.principal"
+_CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
+
+
+def _tool_list() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name=spec.name,
+            title=spec.title,
+            description=spec.description,
+            input_schema=spec.input_schema(),
+            annotations=types.ToolAnnotations(
+                title=spec.title,
+                read_only_hint=spec.read_only,
+                destructive_hint=spec.destructive,
+                idempotent_hint=spec.idempotent,
+                open_world_hint=False,
+            ),
+        )
+        for spec in TOOLS.values()
+    ]
+
+
+def client_name(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The MCP client's name, from the handshake or from the request's _meta."""
+    meta = ctx.meta or {}
+    info = meta.get(_CLIENT_INFO_META) if isinstance(meta, Mapping) else None
+    if isinstance(info, Mapping) and info.get("name"):
+        return str(info["name"])
+    params = ctx.session.client_params if ctx.session is not None else None
+    return params.client_info.name if params is not None else None
+
+
+def to_call_result(outcome: ToolOutcome) -> types.CallToolResult:
+    text = json.dumps(outcome.value, ensure_ascii=False)
+    if outcome.is_error:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=outcome.error or text)], is_error=True)
+    structured = outcome.value if isinstance(outcome.value, dict) else {"result": outcome.value}
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
+
+
+def build_mcp_server(service: MemoryService, *, default_principal: str = "local") -> Server[Any]:
+    """An MCP server exposing the memory tools over ``service``."""
+    tools = _tool_list()
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        request = ctx.request
+        headers: Mapping[str, str] | None = getattr(request, "headers", None)
+        scope = getattr(request, "scope", None) or {}
+        principal = scope.get(PRINCIPAL_SCOPE_KEY) or default_principal
+        outcome = await service.call_tool(
+            params.name,
+            params.arguments,
+            principal=principal,
+            front_door="mcp-http" if request is not None else "mcp-stdio",
+            client=client_name(ctx),
+            layers=(fields_from_headers(headers), fields_from_meta(ctx.meta)),
+        )
+        return to_call_result(outcome)
+
+    return Server(
+        "memtap",
+        version=__version__,
+        instructions=(
+            "Long-term memory. Store facts with memory_add, find them with memory_search, "
+            "correct them with memory_update, remove them with memory_delete. Every call is recorded."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )

@@ -1,0 +1,59 @@
+"""Running the front doors: streamable HTTP (uvicorn), stdio, or both in one process."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from memtap.proxy.runtime import Runtime, Settings
+from memtap.trace.otel import configure_tracing
+
+__all__ = ["serve"]
+
+log = logging.getLogger("memtap.serve")
+
+
+async def _serve_stdio(runtime: Runtime) -> None:
+    from mcp.server.stdio import stdio_server
+
+    from memtap.proxy.mcp_server import build_mcp_server
+
+    server = build_mcp_server(runtime.service, default_principal=runtime.settings.default_principal)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool) -> None:
+    """Serve until stopped (a signal on HTTP, end of input on stdio); flush the trace on the way out."""
+    if http is not None:
+        settings.check_bind(http[0])
+    configure_tracing(console=settings.console_spans)
+    runtime = Runtime(settings)
+    try:
+        uvicorn_server = None
+        if http is not None:
+            import uvicorn
+
+            from memtap.proxy.app import create_app
+
+            host, port = http
+            config = uvicorn.Config(
+                create_app(runtime, host=host),
+                host=host,
+                port=port,
+                log_level="warning",
+                lifespan="on",
+                access_log=False,
+            )
+            uvicorn_server = uvicorn.Server(config)
+            log.info("memtap serving MCP on http://%s:%d/mcp (db %s)", host, port, settings.db)
+        async with anyio.create_task_group() as tg:
+            if uvicorn_server is not None:
+                tg.start_soon(uvicorn_server.serve)
+            if stdio:
+                await _serve_stdio(runtime)
+                if uvicorn_server is not None:
+                    uvicorn_server.should_exit = True
+    finally:
+        await runtime.aclose()

@@ -1,0 +1,216 @@
+"""The memory service: one tool call in, one recorded event out.
+
+Front doors turn their protocol into ``call_tool`` and its outcome back into
+their protocol; they never touch the store. Every call, failed or not, passes
+the recorder exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memtap.adapters.base import BackendResult, MemoryBackend
+from memtap.errors import ContentTooLarge, InvalidArguments, MemtapError, UnknownTool
+from memtap.ids import new_id
+from memtap.proxy.context import build_context
+from memtap.proxy.policy import GateMode, gate_retrieval
+from memtap.proxy.tools import (
+    CONTEXT_FIELDS,
+    TOOLS,
+    AccessArg,
+    AddArgs,
+    ContextArgs,
+    DeleteArgs,
+    GetArgs,
+    HistoryArgs,
+    ListArgs,
+    SearchArgs,
+    UpdateArgs,
+    parse_arguments,
+)
+from memtap.trace.models import AccessTags, Context, Op, Provenance, TraceEvent, utc_now
+from memtap.trace.otel import finish_memory_span, memory_span
+from memtap.trace.writer import Recorder
+
+__all__ = ["DEFAULT_MAX_CONTENT_BYTES", "MemoryService", "ToolOutcome"]
+
+log = logging.getLogger("memtap.service")
+
+DEFAULT_MAX_CONTENT_BYTES = 1 << 20
+
+
+@dataclass
+class ToolOutcome:
+    value: Any
+    is_error: bool = False
+    event_id: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        return str(self.value.get("error")) if self.is_error and isinstance(self.value, dict) else None
+
+
+class MemoryService:
+    """Runs memory tool calls against one backend and records each one."""
+
+    def __init__(
+        self,
+        backend: MemoryBackend,
+        recorder: Recorder,
+        *,
+        gate: GateMode = GateMode.OBSERVE,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+    ) -> None:
+        self.backend = backend
+        self.recorder = recorder
+        self.gate = gate
+        self.max_content_bytes = max_content_bytes
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        principal: str,
+        front_door: str,
+        client: str | None = None,
+        layers: tuple[Mapping[str, Any], ...] = (),
+    ) -> ToolOutcome:
+        """Run one tool call; ``layers`` are context sources, weakest first (headers, _meta)."""
+        t0 = time.perf_counter()
+        started = utc_now()
+        event_id = new_id()
+        args_in = dict(arguments or {})
+        spec = TOOLS.get(name)
+        op = spec.op if spec else Op.CONTROL
+        context: Context | None = None
+        value: Any = None
+        effects = []
+        backend_ms: float | None = None
+        gate_summary: str | None = None
+        error: str | None = None
+        query: str | None = None
+        with memory_span(op, name, self.backend.name) as span:
+            try:
+                if spec is None:
+                    raise UnknownTool(f"unknown tool {name!r}; this server offers: {', '.join(TOOLS)}")
+                args = parse_arguments(spec, args_in)
+                explicit = {key: getattr(args, key) for key in CONTEXT_FIELDS}
+                context = build_context(principal=principal, client=client, layers=(*layers, explicit))
+                self._check_content(args)
+                query = args.query if isinstance(args, SearchArgs) else None
+                tb = time.perf_counter()
+                result = await self._dispatch(args, context, event_id)
+                backend_ms = (time.perf_counter() - tb) * 1000
+                value, effects = result.value, result.effects
+                if op == Op.RETRIEVE:
+                    decision = gate_retrieval(self.gate, context.requester or principal, effects)
+                    gate_summary = decision.summary()
+                    if decision.withheld:
+                        effects = [eff for eff in effects if eff.item_id not in decision.withheld]
+                        value = {
+                            "results": [r for r in value["results"] if r["id"] not in decision.withheld],
+                            "withheld": len(decision.withheld),
+                        }
+            except MemtapError as exc:
+                error = str(exc)
+            except Exception as exc:  # a bug or an unexpected backend failure: report, stay up
+                log.exception("tool %s failed", name)
+                error = f"internal error: {type(exc).__name__}: {exc}"
+            if context is None:
+                context = build_context_safely(principal, client, layers)
+            if error is not None:
+                value = {"error": error}
+            event = TraceEvent(
+                id=event_id,
+                started_at=started,
+                ended_at=utc_now(),
+                front_door=front_door,
+                backend=self.backend.name,
+                tool=name,
+                op=op,
+                context=context,
+                arguments=args_in,
+                result=value,
+                effects=effects,
+                backend_ms=backend_ms,
+                status="ok" if error is None else "error",
+                error=error,
+                gate=gate_summary,
+            )
+            total_ms = (time.perf_counter() - t0) * 1000
+            event.overhead_ms = round(total_ms - (backend_ms or 0.0), 4)
+            finish_memory_span(span, event, query)
+            await self.recorder.record(event)
+        return ToolOutcome(value, is_error=error is not None, event_id=event_id)
+
+    def _check_content(self, args: ContextArgs) -> None:
+        content = getattr(args, "content", None)
+        if content is None:
+            return
+        try:
+            size = len(content.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise InvalidArguments(
+                f"content is not valid UTF-8 text (unpaired surrogate at character {exc.start})"
+            ) from None
+        if size > self.max_content_bytes:
+            raise ContentTooLarge(
+                f"content is {size} bytes; the limit is {self.max_content_bytes} bytes (--max-content-bytes)"
+            )
+
+    async def _dispatch(self, args: ContextArgs, ctx: Context, event_id: str) -> BackendResult:
+        backend, ns = self.backend, ctx.namespace
+        provenance = Provenance(
+            event_id=event_id,
+            run=ctx.run,
+            episode=ctx.episode,
+            session=ctx.session,
+            turn=ctx.turn,
+            role=ctx.role,
+            principal=ctx.principal,
+        )
+        if isinstance(args, AddArgs):
+            tags = _tags(args.access, ns)
+            return await backend.add(ns, args.content, metadata=args.metadata, tags=tags, provenance=provenance)
+        if isinstance(args, SearchArgs):
+            return await backend.search(ns, args.query, limit=args.limit)
+        if isinstance(args, GetArgs):
+            return await backend.get(ns, args.id)
+        if isinstance(args, ListArgs):
+            return await backend.list(ns, limit=args.limit, offset=args.offset)
+        if isinstance(args, UpdateArgs):
+            return await backend.update(
+                ns,
+                args.id,
+                content=args.content,
+                metadata=args.metadata,
+                tags=_tags(args.access, ns) if args.access else None,
+                provenance=provenance,
+            )
+        if isinstance(args, DeleteArgs):
+            return await backend.delete(ns, args.id, provenance=provenance)
+        if isinstance(args, HistoryArgs):
+            return await backend.history(ns, args.id)
+        raise UnknownTool(f"no handler for {type(args).__name__}")
+
+
+def _tags(access: AccessArg | None, namespace: str) -> AccessTags:
+    if access is None:
+        return AccessTags(owner=namespace)
+    fields = access.model_dump(exclude_none=True)
+    return AccessTags(owner=namespace, **fields)
+
+
+def build_context_safely(
+    principal: str, client: str | None, layers: tuple[Mapping[str, Any], ...]
+) -> Context:
+    """The best context for recording a call whose own context could not be built."""
+    try:
+        return build_context(principal=principal, client=client, layers=layers)
+    except MemtapError:
+        return Context(principal=principal, namespace=principal, client=client)

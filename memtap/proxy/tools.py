@@ -1,0 +1,204 @@
+"""The memory tools memtap offers over MCP: argument models, schemas, annotations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from memtap.errors import InvalidArguments
+from memtap.trace.models import Op, Role, Visibility
+
+__all__ = [
+    "CONTEXT_FIELDS",
+    "TOOLS",
+    "AccessArg",
+    "AddArgs",
+    "ContextArgs",
+    "DeleteArgs",
+    "GetArgs",
+    "HistoryArgs",
+    "ListArgs",
+    "SearchArgs",
+    "ToolSpec",
+    "UpdateArgs",
+    "parse_arguments",
+]
+
+
+class AccessArg(BaseModel):
+    """Who may later be told this memory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    visibility: Visibility | None = Field(
+        None, description="private (owner only), participants (owner and participants), or public"
+    )
+    participants: list[str] = Field(default_factory=list, description="Principals who took part")
+    allow: list[str] = Field(default_factory=list, description="Principals who may always be told")
+    deny: list[str] = Field(default_factory=list, description="Principals who must never be told")
+    sensitivity: str | None = Field(None, description="A sensitivity category: health, finance, ...")
+
+
+class ContextArgs(BaseModel):
+    """Optional context every tool accepts; `_meta` and HTTP headers can carry it instead."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str | None = Field(None, description="Whose memory (defaults to the caller)")
+    session: str | None = Field(None, description="Conversation session id")
+    turn: str | int | None = Field(None, description="Turn id within the session")
+    role: Role | None = Field(None, description="Who said what is remembered")
+    requester: str | None = Field(None, description="On whose behalf a retrieval will be shown")
+    run: str | None = Field(None, description="Experiment or replay run id")
+    episode: str | None = Field(None, description="Episode id within a run")
+
+
+CONTEXT_FIELDS = tuple(ContextArgs.model_fields)
+
+
+class AddArgs(ContextArgs):
+    content: str = Field(..., min_length=1, description="The memory, in plain text")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form JSON metadata")
+    access: AccessArg | None = Field(None, description="Access tags; default: private to the namespace")
+
+
+class SearchArgs(ContextArgs):
+    query: str = Field(..., description="What to look for (BM25 over memory content)")
+    limit: int = Field(10, ge=1, le=100, description="How many results at most")
+
+
+class GetArgs(ContextArgs):
+    id: str = Field(..., min_length=1, description="Memory item id")
+
+
+class ListArgs(ContextArgs):
+    limit: int = Field(50, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class UpdateArgs(ContextArgs):
+    id: str = Field(..., min_length=1, description="Memory item id")
+    content: str | None = Field(None, min_length=1, description="The new content")
+    metadata: dict[str, Any] | None = Field(None, description="Replaces the metadata")
+    access: AccessArg | None = Field(None, description="Replaces the access tags")
+
+    @model_validator(mode="after")
+    def _something_changes(self) -> UpdateArgs:
+        if self.content is None and self.metadata is None and self.access is None:
+            raise ValueError("give at least one of content, metadata or access")
+        return self
+
+
+class DeleteArgs(ContextArgs):
+    id: str = Field(..., min_length=1, description="Memory item id")
+    reason: str | None = Field(None, description="Why the memory is deleted (kept in the trace)")
+
+
+class HistoryArgs(ContextArgs):
+    id: str = Field(..., min_length=1, description="Memory item id")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    args: type[ContextArgs]
+    op: Op
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+
+    def input_schema(self) -> dict[str, Any]:
+        return self.args.model_json_schema()
+
+
+TOOLS: dict[str, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            "memory_add",
+            "Add a memory",
+            "Store a new memory item in the namespace, with provenance and access tags.",
+            AddArgs,
+            Op.WRITE,
+            read_only=False,
+            destructive=False,
+            idempotent=False,
+        ),
+        ToolSpec(
+            "memory_search",
+            "Search memories",
+            "Find memory items relevant to a query, best first (BM25 ranking).",
+            SearchArgs,
+            Op.RETRIEVE,
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+        ),
+        ToolSpec(
+            "memory_get",
+            "Get a memory",
+            "Read the current version of one memory item by id.",
+            GetArgs,
+            Op.READ,
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+        ),
+        ToolSpec(
+            "memory_list",
+            "List memories",
+            "List the current memory items of the namespace, oldest first.",
+            ListArgs,
+            Op.READ,
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+        ),
+        ToolSpec(
+            "memory_update",
+            "Update a memory",
+            "Replace a memory item's content, metadata or access tags. The old version is kept in history.",
+            UpdateArgs,
+            Op.UPDATE,
+            read_only=False,
+            destructive=True,
+            idempotent=True,
+        ),
+        ToolSpec(
+            "memory_delete",
+            "Delete a memory",
+            "Delete a memory item. It stops being returned; its history is kept.",
+            DeleteArgs,
+            Op.DELETE,
+            read_only=False,
+            destructive=True,
+            idempotent=True,
+        ),
+        ToolSpec(
+            "memory_history",
+            "Memory history",
+            "Every version of a memory item, with validity intervals and provenance.",
+            HistoryArgs,
+            Op.READ,
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+        ),
+    )
+}
+
+
+def parse_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> ContextArgs:
+    """Validate a call's arguments, or raise InvalidArguments naming every bad field."""
+    try:
+        return spec.args.model_validate(arguments)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(part) for part in err["loc"]) or "arguments"
+            problems.append(f"{where}: {err['msg']}")
+        raise InvalidArguments(f"{spec.name}: invalid arguments: " + "; ".join(problems)) from None

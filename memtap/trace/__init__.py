@@ -1,0 +1,1 @@
+"""Trace model and store: events, effects, items, lineage, recorder, telemetry."""

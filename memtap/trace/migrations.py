@@ -1,0 +1,121 @@
+"""Schema of the trace database: one small named function per change.
+
+Never edit a migration that has been released; add a new one. The store applies
+pending migrations when it opens a database, so new and old files take one path.
+Tables are plain and columns hold JSON text where a value is structured, so
+Datasette or ``sqlite3`` can browse a trace as it is.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+__all__ = ["MIGRATIONS"]
+
+MIGRATIONS = Migrations("memtap.trace")
+
+
+@MIGRATIONS()
+def m001_create_events(db: Database) -> None:
+    db.execute(
+        """
+        CREATE TABLE events (
+            id TEXT PRIMARY KEY,
+            started_at TEXT NOT NULL,
+            ended_at TEXT NOT NULL,
+            front_door TEXT NOT NULL,
+            backend TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            op TEXT NOT NULL,
+            status TEXT NOT NULL,
+            error TEXT,
+            principal TEXT,
+            namespace TEXT,
+            requester TEXT,
+            run_id TEXT,
+            episode TEXT,
+            session TEXT,
+            turn TEXT,
+            role TEXT,
+            client TEXT,
+            upstream TEXT,
+            context TEXT NOT NULL,
+            arguments TEXT NOT NULL,
+            result TEXT,
+            backend_ms REAL,
+            overhead_ms REAL,
+            gate TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX events_op ON events(op)")
+    db.execute("CREATE INDEX events_namespace ON events(namespace)")
+    db.execute("CREATE INDEX events_run ON events(run_id, episode, session)")
+    db.execute(
+        """
+        CREATE TABLE effects (
+            event_id TEXT NOT NULL REFERENCES events(id),
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            backend TEXT NOT NULL,
+            namespace TEXT,
+            item_id TEXT NOT NULL,
+            content_before TEXT,
+            content_after TEXT,
+            tags_before TEXT,
+            tags_after TEXT,
+            rank INTEGER,
+            score REAL,
+            derived_from TEXT,
+            PRIMARY KEY (event_id, seq)
+        )
+        """
+    )
+    db.execute("CREATE INDEX effects_item ON effects(backend, item_id)")
+
+
+@MIGRATIONS()
+def m002_create_items(db: Database) -> None:
+    db.execute(
+        """
+        CREATE TABLE items (
+            backend TEXT NOT NULL,
+            item_id TEXT NOT NULL,
+            namespace TEXT,
+            content TEXT NOT NULL,
+            tags TEXT,
+            version INTEGER NOT NULL,
+            created_event TEXT,
+            principal TEXT,
+            run_id TEXT,
+            episode TEXT,
+            session TEXT,
+            turn TEXT,
+            role TEXT,
+            valid_from TEXT NOT NULL,
+            valid_to TEXT,
+            derived_from TEXT,
+            retrieved_count INTEGER NOT NULL DEFAULT 0,
+            last_event TEXT,
+            PRIMARY KEY (backend, item_id)
+        )
+        """
+    )
+    db.execute("CREATE INDEX items_namespace ON items(namespace, valid_to)")
+    db.execute(
+        """
+        CREATE TABLE item_versions (
+            backend TEXT NOT NULL,
+            item_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            tags TEXT,
+            op TEXT NOT NULL,
+            event_id TEXT,
+            valid_from TEXT NOT NULL,
+            valid_to TEXT,
+            PRIMARY KEY (backend, item_id, version)
+        )
+        """
+    )

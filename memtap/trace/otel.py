@@ -1,0 +1,139 @@
+"""OpenTelemetry in one place: one module-level tracer and the memory-span middleware.
+
+Spans follow the GenAI memory conventions (status: development):
+``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory``, with
+``gen_ai.memory.*`` attributes, plus ``openinference.span.kind`` so Phoenix and
+Langfuse render them. Reads (get, list, history) have no operation name in the
+conventions; they are named ``get_memory``. Query text and records are opt-in
+(``MEMTAP_OTEL_CAPTURE_CONTENT=true``) because they carry memory content.
+
+Export is configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables, or to
+the console (stderr) on request. Without either, the tracer is a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from memtap.trace.models import Context, Op, TraceEvent
+
+__all__ = ["OPERATION_NAMES", "configure_tracing", "finish_memory_span", "memory_span", "tracer"]
+
+tracer = trace.get_tracer("memtap")
+
+OPERATION_NAMES = {
+    Op.WRITE: "create_memory",
+    Op.UPDATE: "update_memory",
+    Op.DELETE: "delete_memory",
+    Op.RETRIEVE: "search_memory",
+    Op.READ: "get_memory",
+}
+_SPAN_KINDS = {Op.RETRIEVE: "RETRIEVER", Op.READ: "RETRIEVER"}
+_configured = False
+
+
+def _capture_content() -> bool:
+    return os.environ.get("MEMTAP_OTEL_CAPTURE_CONTENT", "").lower() in {"1", "true", "yes"}
+
+
+def configure_tracing(*, console: bool = False) -> bool:
+    """Install a tracer provider when OTLP variables are set or ``console`` is asked for.
+
+    Returns whether spans are exported anywhere. Safe to call more than once.
+    """
+    global _configured
+    otlp = any(
+        os.environ.get(name)
+        for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+    if _configured or not (otlp or console):
+        return _configured
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+        SimpleSpanProcessor,
+        SpanExporter,
+    )
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "memtap"}))
+    if otlp:
+        protocol = os.environ.get(
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        )
+        exporter: SpanExporter
+        if protocol.startswith("http"):
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HTTPExporter
+
+            exporter = HTTPExporter()
+        else:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GRPCExporter
+
+            exporter = GRPCExporter()
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    if console:
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+    trace.set_tracer_provider(provider)
+    _configured = True
+    return True
+
+
+@contextlib.contextmanager
+def memory_span(op: Op, tool: str, store_id: str) -> Iterator[Span]:
+    """A span around one memory call; exceptions mark it as an error and propagate."""
+    name = f"{OPERATION_NAMES.get(op, op.value)} {store_id}"
+    with tracer.start_as_current_span(name, kind=SpanKind.INTERNAL) as span:
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": OPERATION_NAMES.get(op, op.value),
+                    "gen_ai.memory.store.id": store_id,
+                    "gen_ai.tool.name": tool,
+                    "openinference.span.kind": _SPAN_KINDS.get(op, "TOOL"),
+                    "memtap.op": op.value,
+                }
+            )
+        yield span
+
+
+def _context_attributes(context: Context) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"memtap.namespace": context.namespace, "memtap.principal": context.principal}
+    for key in ("session", "turn", "run", "episode", "requester", "client", "upstream"):
+        value = getattr(context, key)
+        if value is not None:
+            attrs[f"memtap.{key}"] = value
+    if context.role is not None:
+        attrs["memtap.role"] = context.role.value
+    return attrs
+
+
+def finish_memory_span(span: Span, event: TraceEvent, query: str | None = None) -> None:
+    """Put what the call did on its span: record ids, counts, status."""
+    if not span.is_recording():
+        return
+    span.set_attribute("memtap.event_id", event.id)
+    span.set_attributes(_context_attributes(event.context))
+    ids = [eff.item_id for eff in event.effects]
+    if event.op == Op.RETRIEVE:
+        span.set_attribute("gen_ai.memory.record.count", len(ids))
+    if len(ids) == 1:
+        span.set_attribute("gen_ai.memory.record.id", ids[0])
+    if _capture_content():
+        if query is not None:
+            span.set_attribute("gen_ai.memory.query.text", query)
+        records = [
+            {"id": eff.item_id, "content": eff.content_after or eff.content_before} for eff in event.effects
+        ]
+        span.set_attribute("gen_ai.memory.records", json.dumps(records, ensure_ascii=False))
+    if event.status != "ok":
+        span.set_status(Status(StatusCode.ERROR, event.error or event.status))
+        span.set_attribute("error.type", (event.error or "error").split(":", 1)[0][:100])

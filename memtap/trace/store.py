@@ -1,0 +1,369 @@
+"""The trace store: events, their effects, and the items those effects materialise."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from memtap.errors import StoreError
+from memtap.trace.migrations import MIGRATIONS
+from memtap.trace.models import (
+    AccessTags,
+    Context,
+    EffectKind,
+    ItemVersion,
+    MemoryEffect,
+    MemoryItem,
+    Provenance,
+    TraceEvent,
+)
+from memtap.trace.sqlite import describe_sqlite_error, open_database
+
+__all__ = ["TraceStore", "immediate_transaction"]
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _tags_json(tags: AccessTags | None) -> str | None:
+    return None if tags is None else tags.model_dump_json()
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+@contextlib.contextmanager
+def immediate_transaction(db: Database) -> Iterator[None]:
+    """One write transaction that takes the write lock at its start (no upgrade deadlocks)."""
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        raise
+    db.conn.execute("COMMIT")
+
+
+class TraceStore:
+    """A trace database. Opening one applies pending migrations."""
+
+    def __init__(self, path: str | Path, *, durable: bool = False, check_same_thread: bool = True) -> None:
+        self.path = Path(path)
+        self.db = open_database(self.path, MIGRATIONS, durable=durable, check_same_thread=check_same_thread)
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    # -- writing -----------------------------------------------------------------
+
+    def write_events(self, events: Sequence[TraceEvent]) -> None:
+        """Insert events, their effects and the item states they imply, in one transaction."""
+        if not events:
+            return
+        event_rows = []
+        effect_rows = []
+        for event in events:
+            ctx = event.context
+            event_rows.append(
+                (
+                    event.id,
+                    event.started_at.isoformat(),
+                    event.ended_at.isoformat(),
+                    event.front_door,
+                    event.backend,
+                    event.tool,
+                    event.op.value,
+                    event.status,
+                    event.error,
+                    ctx.principal,
+                    ctx.namespace,
+                    ctx.requester,
+                    ctx.run,
+                    ctx.episode,
+                    ctx.session,
+                    ctx.turn,
+                    ctx.role.value if ctx.role else None,
+                    ctx.client,
+                    ctx.upstream,
+                    ctx.model_dump_json(exclude_none=True),
+                    _json(event.arguments) or "{}",
+                    _json(event.result),
+                    event.backend_ms,
+                    event.overhead_ms,
+                    event.gate,
+                )
+            )
+            for seq, eff in enumerate(event.effects):
+                effect_rows.append(
+                    (
+                        event.id,
+                        seq,
+                        eff.kind.value,
+                        event.backend,
+                        eff.namespace or ctx.namespace,
+                        eff.item_id,
+                        eff.content_before,
+                        eff.content_after,
+                        _tags_json(eff.tags_before),
+                        _tags_json(eff.tags_after),
+                        eff.rank,
+                        eff.score,
+                        _json(eff.derived_from) if eff.derived_from else None,
+                    )
+                )
+        conn = self.db.conn
+        try:
+            with immediate_transaction(self.db):
+                conn.executemany(f"INSERT INTO events VALUES ({','.join('?' * 25)})", event_rows)
+                conn.executemany(f"INSERT INTO effects VALUES ({','.join('?' * 13)})", effect_rows)
+                for event in events:
+                    for eff in event.effects:
+                        self._materialise(conn, event, eff)
+        except sqlite3.Error as exc:
+            raise StoreError(describe_sqlite_error(self.path, exc)) from exc
+
+    def _materialise(self, conn: sqlite3.Connection, event: TraceEvent, eff: MemoryEffect) -> None:
+        key = (event.backend, eff.item_id)
+        at = event.ended_at.isoformat()
+        row = conn.execute(
+            "SELECT version, valid_to FROM items WHERE backend = ? AND item_id = ?", key
+        ).fetchone()
+        if eff.kind == EffectKind.RETRIEVE:
+            conn.execute(
+                "UPDATE items SET retrieved_count = retrieved_count + 1 WHERE backend = ? AND item_id = ?",
+                key,
+            )
+            return
+        if eff.kind == EffectKind.DELETE:
+            if row is not None and row[1] is None:
+                conn.execute(
+                    "UPDATE items SET valid_to = ?, last_event = ? WHERE backend = ? AND item_id = ?",
+                    (at, event.id, *key),
+                )
+                conn.execute(
+                    "UPDATE item_versions SET valid_to = ? WHERE backend = ? AND item_id = ? AND version = ?",
+                    (at, *key, row[0]),
+                )
+            return
+        content = eff.content_after if eff.content_after is not None else ""
+        tags = _tags_json(eff.tags_after)
+        if row is None:
+            ctx = event.context
+            conn.execute(
+                "INSERT INTO items (backend, item_id, namespace, content, tags, version, created_event,"
+                " principal, run_id, episode, session, turn, role, valid_from, valid_to, derived_from,"
+                " last_event) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                (
+                    *key,
+                    eff.namespace or ctx.namespace,
+                    content,
+                    tags,
+                    event.id,
+                    ctx.principal,
+                    ctx.run,
+                    ctx.episode,
+                    ctx.session,
+                    ctx.turn,
+                    ctx.role.value if ctx.role else None,
+                    at,
+                    _json(eff.derived_from) if eff.derived_from else None,
+                    event.id,
+                ),
+            )
+            conn.execute(
+                "INSERT INTO item_versions VALUES (?, ?, 1, ?, ?, ?, ?, ?, NULL)",
+                (*key, content, tags, eff.kind.value, event.id, at),
+            )
+            return
+        version = row[0] + 1
+        conn.execute(
+            "UPDATE item_versions SET valid_to = ? WHERE backend = ? AND item_id = ? AND version = ?"
+            " AND valid_to IS NULL",
+            (at, *key, row[0]),
+        )
+        conn.execute(
+            "INSERT INTO item_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+            (*key, version, content, tags, eff.kind.value, event.id, at),
+        )
+        conn.execute(
+            "UPDATE items SET content = ?, tags = COALESCE(?, tags), version = ?, valid_to = NULL,"
+            " last_event = ? WHERE backend = ? AND item_id = ?",
+            (content, tags, version, event.id, *key),
+        )
+
+    # -- reading -----------------------------------------------------------------
+
+    def count_events(self) -> int:
+        return int(self.db.conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+    def list_events(
+        self,
+        *,
+        op: str | None = None,
+        namespace: str | None = None,
+        run: str | None = None,
+        session: str | None = None,
+        after_id: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[TraceEvent]:
+        where, args = [], []
+        for column, value in (("op", op), ("namespace", namespace), ("run_id", run), ("session", session)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if after_id is not None:
+            where.append("id > ?")
+            args.append(after_id)
+        sql = "SELECT * FROM events"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC" if newest_first else " ORDER BY id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = list(self._query(sql, args))
+        if newest_first:
+            rows.reverse()
+        return self._events_from_rows(rows)
+
+    def get_event(self, event_id: str) -> TraceEvent | None:
+        rows = list(self._query("SELECT * FROM events WHERE id = ?", [event_id]))
+        if not rows:
+            rows = list(self._query("SELECT * FROM events WHERE id LIKE ? LIMIT 2", [event_id + "%"]))
+            if len(rows) != 1:
+                return None
+        return self._events_from_rows(rows)[0]
+
+    def _query(self, sql: str, args: Sequence[Any]) -> Iterator[dict[str, Any]]:
+        try:
+            yield from self.db.query(sql, args)
+        except sqlite3.Error as exc:
+            raise StoreError(describe_sqlite_error(self.path, exc)) from exc
+
+    def _events_from_rows(self, rows: list[dict[str, Any]]) -> list[TraceEvent]:
+        if not rows:
+            return []
+        ids = [row["id"] for row in rows]
+        effects: dict[str, list[MemoryEffect]] = {i: [] for i in ids}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for eff in self._query(
+                f"SELECT * FROM effects WHERE event_id IN ({marks}) ORDER BY event_id, seq", chunk
+            ):
+                effects[eff["event_id"]].append(
+                    MemoryEffect(
+                        kind=EffectKind(eff["kind"]),
+                        item_id=eff["item_id"],
+                        namespace=eff["namespace"],
+                        content_before=eff["content_before"],
+                        content_after=eff["content_after"],
+                        tags_before=_tags(eff["tags_before"]),
+                        tags_after=_tags(eff["tags_after"]),
+                        rank=eff["rank"],
+                        score=eff["score"],
+                        derived_from=_load(eff["derived_from"]) or [],
+                    )
+                )
+        return [
+            TraceEvent(
+                id=row["id"],
+                started_at=datetime.fromisoformat(row["started_at"]),
+                ended_at=datetime.fromisoformat(row["ended_at"]),
+                front_door=row["front_door"],
+                backend=row["backend"],
+                tool=row["tool"],
+                op=row["op"],
+                context=Context.model_validate_json(row["context"]),
+                arguments=json.loads(row["arguments"]),
+                result=_load(row["result"]),
+                effects=effects[row["id"]],
+                backend_ms=row["backend_ms"],
+                overhead_ms=row["overhead_ms"],
+                status=row["status"],
+                error=row["error"],
+                gate=row["gate"],
+            )
+            for row in rows
+        ]
+
+    def list_items(
+        self, *, namespace: str | None = None, include_closed: bool = False, limit: int | None = None
+    ) -> list[MemoryItem]:
+        where, args = [], []
+        if namespace is not None:
+            where.append("namespace = ?")
+            args.append(namespace)
+        if not include_closed:
+            where.append("valid_to IS NULL")
+        sql = "SELECT * FROM items"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY valid_from, item_id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._item_from_row(row, history=False) for row in self._query(sql, args)]
+
+    def get_item(self, item_id: str, *, backend: str | None = None) -> MemoryItem | None:
+        sql, args = "SELECT * FROM items WHERE item_id = ?", [item_id]
+        if backend is not None:
+            sql += " AND backend = ?"
+            args.append(backend)
+        rows = list(self._query(sql + " LIMIT 2", args))
+        if len(rows) != 1:
+            return None
+        return self._item_from_row(rows[0], history=True)
+
+    def _item_from_row(self, row: dict[str, Any], *, history: bool) -> MemoryItem:
+        versions: list[ItemVersion] = []
+        if history:
+            versions = [
+                ItemVersion(
+                    version=v["version"],
+                    content=v["content"],
+                    tags=_tags(v["tags"]),
+                    event_id=v["event_id"],
+                    op=EffectKind(v["op"]),
+                    valid_from=datetime.fromisoformat(v["valid_from"]),
+                    valid_to=datetime.fromisoformat(v["valid_to"]) if v["valid_to"] else None,
+                )
+                for v in self._query(
+                    "SELECT * FROM item_versions WHERE backend = ? AND item_id = ? ORDER BY version",
+                    [row["backend"], row["item_id"]],
+                )
+            ]
+        return MemoryItem(
+            item_id=row["item_id"],
+            backend=row["backend"],
+            namespace=row["namespace"],
+            content=row["content"],
+            tags=_tags(row["tags"]),
+            provenance=Provenance(
+                event_id=row["created_event"],
+                run=row["run_id"],
+                episode=row["episode"],
+                session=row["session"],
+                turn=row["turn"],
+                role=row["role"],
+                principal=row["principal"],
+            ),
+            version=row["version"],
+            valid_from=datetime.fromisoformat(row["valid_from"]),
+            valid_to=datetime.fromisoformat(row["valid_to"]) if row["valid_to"] else None,
+            derived_from=_load(row["derived_from"]) or [],
+            history=versions,
+        )
+
+
+def _tags(text: str | None) -> AccessTags | None:
+    return None if text is None else AccessTags.model_validate_json(text)
