@@ -74,9 +74,21 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(f'"{token}"' for token in tokens) or None
 
 
-_COLUMNS = (
-    "version_id, item_id, namespace, version, content, metadata, tags, provenance, created_at, valid_from, valid_to"
+_COLUMN_NAMES = (
+    "version_id",
+    "item_id",
+    "namespace",
+    "version",
+    "content",
+    "metadata",
+    "tags",
+    "provenance",
+    "created_at",
+    "valid_from",
+    "valid_to",
 )
+_COLUMNS = ", ".join(_COLUMN_NAMES)
+_M_COLUMNS = ", ".join("m." + name for name in _COLUMN_NAMES)
 
 
 class BuiltinBackend:
@@ -126,7 +138,9 @@ class BuiltinBackend:
             content=row["content"],
             metadata=json.loads(row["metadata"]),
             tags=AccessTags.model_validate_json(row["tags"]) if row["tags"] else None,
-            provenance=Provenance.model_validate_json(row["provenance"]) if row["provenance"] else Provenance(),
+            provenance=Provenance.model_validate_json(row["provenance"])
+            if row["provenance"]
+            else Provenance(),
             version=row["version"],
             created_at=datetime.fromisoformat(row["created_at"]),
             updated_at=datetime.fromisoformat(row["valid_from"]),
@@ -219,7 +233,7 @@ class BuiltinBackend:
         if match is None or limit <= 0:
             return BackendResult({"results": []})
         rows = self._rows(
-            f"SELECT {', '.join('m.' + c.strip() for c in _COLUMNS.split(','))}, bm25(builtin_memory_fts) AS bm25"
+            f"SELECT {_M_COLUMNS}, bm25(builtin_memory_fts) AS bm25"
             " FROM builtin_memory_fts JOIN builtin_memory m ON m.version_id = builtin_memory_fts.rowid"
             " WHERE builtin_memory_fts MATCH ? AND builtin_memory_fts.namespace = ?"
             " ORDER BY bm25, m.version_id LIMIT ?",
@@ -257,12 +271,7 @@ class BuiltinBackend:
             " ORDER BY version_id LIMIT ? OFFSET ?",
             (namespace, limit, offset),
         )
-        items = [
-            self._memory(row).model_dump(
-                mode="json", exclude_none=True
-            )
-            for row in rows
-        ]
+        items = [self._memory(row).model_dump(mode="json", exclude_none=True) for row in rows]
         return BackendResult({"items": items, "total": total["n"] if total else 0, "offset": offset})
 
     async def update(
@@ -344,7 +353,9 @@ class BuiltinBackend:
                 content=row["content"],
                 metadata=json.loads(row["metadata"]),
                 tags=AccessTags.model_validate_json(row["tags"]) if row["tags"] else None,
-                provenance=Provenance.model_validate_json(row["provenance"]) if row["provenance"] else Provenance(),
+                provenance=Provenance.model_validate_json(row["provenance"])
+                if row["provenance"]
+                else Provenance(),
                 valid_from=datetime.fromisoformat(row["valid_from"]),
                 valid_to=datetime.fromisoformat(row["valid_to"]) if row["valid_to"] else None,
                 closed_by=row["closed_by"],

@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -35,7 +35,7 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0)
             err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
             raise MemtapError(f"memtap serve exited with {proc.returncode}: {err.strip()[-500:]}")
         try:
-            with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - loopback only
+            with urllib.request.urlopen(url, timeout=1) as resp:
                 return dict(json.load(resp))
         except OSError:
             time.sleep(0.05)
@@ -51,15 +51,17 @@ async def _script(url: str) -> str:
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.types import RequestParamsMeta
 
     async def session(name: str, calls: list[tuple[str, str, str, dict[str, Any]]]) -> list[Any]:
         results = []
         headers = {"X-Memtap-Run": "demo", "X-Memtap-Namespace": "alice", "X-Memtap-Session": name}
-        async with httpx2.AsyncClient(headers=headers) as http, Client(
-            streamable_http_client(url, http_client=http)
-        ) as client:
+        async with (
+            httpx2.AsyncClient(headers=headers) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
             for turn, role, tool, args in calls:
-                meta = {"memtap": {"turn": turn, "role": role}}
+                meta = cast(RequestParamsMeta, {"memtap": {"turn": turn, "role": role}})
                 result = await client.call_tool(tool, args, meta=meta)
                 results.append(result.structured_content or result.content[0].text)  # type: ignore[union-attr]
         return results
@@ -83,7 +85,12 @@ async def _script(url: str) -> str:
     await session(
         "s2",
         [
-            ("t1", "user", "memory_update", {"id": gym["id"], "content": "Alice switched to CrossFit Central."}),
+            (
+                "t1",
+                "user",
+                "memory_update",
+                {"id": gym["id"], "content": "Alice switched to CrossFit Central."},
+            ),
             ("t2", "user", "memory_delete", {"id": colour["id"], "reason": "Alice asked to forget it"}),
         ],
     )
@@ -91,7 +98,12 @@ async def _script(url: str) -> str:
         "s3",
         [
             ("t1", "user", "memory_search", {"query": "Which gym does Alice go to?", "requester": "alice"}),
-            ("t2", "assistant", "memory_search", {"query": "What did Bob say about the gym?", "requester": "carol"}),
+            (
+                "t2",
+                "assistant",
+                "memory_search",
+                {"query": "What did Bob say about the gym?", "requester": "carol"},
+            ),
             ("t3", "assistant", "memory_history", {"id": gym["id"]}),
         ],
     )

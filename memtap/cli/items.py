@@ -21,7 +21,9 @@ def items() -> None:
 @click.option("--all", "include_closed", is_flag=True, help="Include deleted items.")
 @click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True)
 @json_option
-def list_items(db: Path | None, namespace: str | None, include_closed: bool, limit: int, as_json: bool) -> None:
+def list_items(
+    db: Path | None, namespace: str | None, include_closed: bool, limit: int, as_json: bool
+) -> None:
     """List items (valid ones unless --all)."""
     from memtap.cli.render import ITEM_HEADERS, item_line, table
 
@@ -76,8 +78,14 @@ def history(db: Path | None, item_id: str, as_json: bool) -> None:
             click.echo(version.model_dump_json(exclude_none=True))
         return
     rows = [
-        [f"v{v.version}", v.op.value, v.valid_from.isoformat(), v.valid_to.isoformat() if v.valid_to else "now",
-         v.event_id, v.content]
+        [
+            f"v{v.version}",
+            v.op.value,
+            v.valid_from.isoformat(),
+            v.valid_to.isoformat() if v.valid_to else "now",
+            v.event_id,
+            v.content,
+        ]
         for v in item.history
     ]
     click.echo(table(["version", "op", "valid from", "valid to", "event", "content"], rows))

@@ -8,7 +8,7 @@ from typing import Any
 
 from memtap.trace.models import MemoryEffect, MemoryItem, TraceEvent
 
-__all__ = ["event_json", "event_line", "event_lines", "event_detail", "item_detail", "item_line", "table"]
+__all__ = ["event_detail", "event_json", "event_line", "event_lines", "item_detail", "item_line", "table"]
 
 
 def _short(text: str | None, width: int = 48) -> str:
@@ -98,7 +98,8 @@ def item_detail(item: MemoryItem) -> str:
     if item.tags is not None:
         tags = item.tags
         lines.append(
-            f"access     owner={tags.owner} visibility={tags.visibility.value} allow={tags.allow} deny={tags.deny}"
+            f"access     owner={tags.owner} visibility={tags.visibility.value}"
+            f" allow={tags.allow} deny={tags.deny}"
             + (f" sensitivity={tags.sensitivity}" if tags.sensitivity else "")
         )
     if item.derived_from:

@@ -14,7 +14,9 @@ DEFAULT_HTTP = "127.0.0.1:8750"
 
 
 @click.command()
-@click.option("--http", "http", metavar="HOST:PORT", help=f"Serve streamable HTTP at /mcp (default {DEFAULT_HTTP}).")
+@click.option(
+    "--http", "http", metavar="HOST:PORT", help=f"Serve streamable HTTP at /mcp (default {DEFAULT_HTTP})."
+)
 @click.option("--stdio", is_flag=True, help="Serve MCP over standard input and output.")
 @db_option
 @click.option("--durable", is_flag=True, help="Commit each event before the caller gets its answer.")
@@ -34,7 +36,11 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     help="Record access-tag violations on retrieval, or also withhold the items.",
 )
 @click.option(
-    "--max-content-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True, help="Largest memory."
+    "--max-content-bytes",
+    type=click.IntRange(min=1),
+    default=1 << 20,
+    show_default=True,
+    help="Largest memory.",
 )
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
@@ -72,5 +78,7 @@ def serve(
     if address is not None:
         settings.check_bind(address[0])
         if not stdio:
-            click.echo(f"memtap: serving MCP at http://{address[0]}:{address[1]}/mcp (db {settings.db})", err=True)
+            click.echo(
+                f"memtap: serving MCP at http://{address[0]}:{address[1]}/mcp (db {settings.db})", err=True
+            )
     anyio.run(lambda: run(settings, http=address, stdio=stdio))

@@ -76,8 +76,12 @@ def show(db: Path | None, event_id: str, as_json: bool) -> None:
 @db_option
 @click.option("--op", type=click.Choice(OPS), help="Only this lifecycle operation.")
 @click.option("--namespace", help="Only this namespace.")
-@click.option("--last", type=click.IntRange(min=0), default=10, show_default=True, help="Start with the last N.")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=0.25, show_default=True, help="Poll seconds.")
+@click.option(
+    "--last", type=click.IntRange(min=0), default=10, show_default=True, help="Start with the last N."
+)
+@click.option(
+    "--interval", type=click.FloatRange(min=0.01), default=0.25, show_default=True, help="Poll seconds."
+)
 @click.option("--count", type=click.IntRange(min=1), help="Stop after printing this many new events.")
 @json_option
 def tail(
@@ -100,8 +104,12 @@ def tail(
             if as_json:
                 click.echo(event_json(event))
             else:
-                click.echo(table(["id", "time", "op", "tool", "ns", "where", "role", "ms", "effects"],
-                                 [event_line(event)]).splitlines()[-1])
+                click.echo(
+                    table(
+                        ["id", "time", "op", "tool", "ns", "where", "role", "ms", "effects"],
+                        [event_line(event)],
+                    ).splitlines()[-1]
+                )
 
     try:
         backlog = store.list_events(op=op, namespace=namespace, limit=last, newest_first=True) if last else []

@@ -52,8 +52,12 @@ class PrincipalGate:
             principal = self._principal(scope)
             if principal is None:
                 body = json.dumps(
-                    {"error": {"message": "missing or unknown API key (Authorization: Bearer KEY)",
-                               "type": "authentication_error"}}
+                    {
+                        "error": {
+                            "message": "missing or unknown API key (Authorization: Bearer KEY)",
+                            "type": "authentication_error",
+                        }
+                    }
                 ).encode()
                 await send(
                     {
@@ -109,6 +113,8 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         }
 
     app.router.routes.append(
-        Mount("/mcp", app=PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal))
+        Mount(
+            "/mcp", app=PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
+        )
     )
     return app

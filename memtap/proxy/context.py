@@ -69,7 +69,5 @@ def build_context(
     try:
         return Context(principal=principal, client=client, upstream=upstream, **merged)
     except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        ]
+        problems = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()]
         raise InvalidArguments("invalid context: " + "; ".join(problems)) from None

@@ -59,9 +59,13 @@ def client_name(ctx: ServerRequestContext[Any, Any]) -> str | None:
 def to_call_result(outcome: ToolOutcome) -> types.CallToolResult:
     text = json.dumps(outcome.value, ensure_ascii=False)
     if outcome.is_error:
-        return types.CallToolResult(content=[types.TextContent(type="text", text=outcome.error or text)], is_error=True)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=outcome.error or text)], is_error=True
+        )
     structured = outcome.value if isinstance(outcome.value, dict) else {"result": outcome.value}
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=structured
+    )
 
 
 def build_mcp_server(service: MemoryService, *, default_principal: str = "local") -> Server[Any]:

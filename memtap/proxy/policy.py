@@ -41,8 +41,6 @@ class GateDecision:
 def gate_retrieval(mode: GateMode, requester: str, effects: list[MemoryEffect]) -> GateDecision:
     """Judge each retrieved item against its access tags; untagged items are allowed."""
     denied = [
-        eff.item_id
-        for eff in effects
-        if eff.tags_after is not None and not eff.tags_after.permits(requester)
+        eff.item_id for eff in effects if eff.tags_after is not None and not eff.tags_after.permits(requester)
     ]
     return GateDecision(mode, requester, denied)

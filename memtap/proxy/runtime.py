@@ -32,7 +32,9 @@ def parse_api_keys(values: list[str] | tuple[str, ...]) -> dict[str, str]:
                 continue
             key, sep, principal = pair.partition("=")
             if not sep or not key.strip() or not principal.strip():
-                raise ConfigError(f"API key entries look like KEY=PRINCIPAL; got {pair[:4]}… without a principal")
+                raise ConfigError(
+                    f"API key entries look like KEY=PRINCIPAL; got {pair[:4]}… without a principal"
+                )
             keys[key.strip()] = principal.strip()
     return keys
 

@@ -176,7 +176,9 @@ class MemoryService:
         )
         if isinstance(args, AddArgs):
             tags = _tags(args.access, ns)
-            return await backend.add(ns, args.content, metadata=args.metadata, tags=tags, provenance=provenance)
+            return await backend.add(
+                ns, args.content, metadata=args.metadata, tags=tags, provenance=provenance
+            )
         if isinstance(args, SearchArgs):
             return await backend.search(ns, args.query, limit=args.limit)
         if isinstance(args, GetArgs):

@@ -51,8 +51,7 @@ def configure_tracing(*, console: bool = False) -> bool:
     """
     global _configured
     otlp = any(
-        os.environ.get(name)
-        for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        os.environ.get(name) for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     )
     if _configured or not (otlp or console):
         return _configured
