@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.routing import Mount
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
@@ -112,9 +112,8 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             "recorder": runtime.recorder.stats_dict(),
         }
 
-    app.router.routes.append(
-        Mount(
-            "/mcp", app=PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
-        )
-    )
+    # A Route, not a Mount: a Mount answers POST /mcp with a redirect to /mcp/, an extra
+    # round trip on every call for clients that follow it, and an error for those that do not.
+    mcp_endpoint = PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
+    app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     return app

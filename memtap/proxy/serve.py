@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 import anyio
 
@@ -22,6 +28,29 @@ async def _serve_stdio(runtime: Runtime) -> None:
     server = build_mcp_server(runtime.service, default_principal=runtime.settings.default_principal)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM stop serving cleanly, so the trace is flushed before exit.
+
+    uvicorn installs its own handlers while it serves and re-raises the signal when it
+    is done; that re-raise lands here instead of killing the process mid-flush.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(stop)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool) -> None:
@@ -48,12 +77,22 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
             )
             uvicorn_server = uvicorn.Server(config)
             log.info("memtap serving MCP on http://%s:%d/mcp (db %s)", host, port, settings.db)
-        async with anyio.create_task_group() as tg:
+        cancels: list[Callable[[], None]] = []
+
+        def stop() -> None:
             if uvicorn_server is not None:
-                tg.start_soon(uvicorn_server.serve)
-            if stdio:
-                await _serve_stdio(runtime)
+                uvicorn_server.should_exit = True
+            for cancel in cancels:
+                cancel()
+
+        with _stop_on_signals(stop):
+            async with anyio.create_task_group() as tg:
+                cancels.append(tg.cancel_scope.cancel)
                 if uvicorn_server is not None:
-                    uvicorn_server.should_exit = True
+                    tg.start_soon(uvicorn_server.serve)
+                if stdio:
+                    await _serve_stdio(runtime)
+                    if uvicorn_server is not None:
+                        uvicorn_server.should_exit = True
     finally:
         await runtime.aclose()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memtap.adapters.base import BackendResult, MemoryBackend
-from memtap.errors import ContentTooLarge, InvalidArguments, MemtapError, UnknownTool
+from memtap.errors import ContentTooLarge, MemtapError, UnknownTool
 from memtap.ids import new_id
 from memtap.proxy.context import build_context
 from memtap.proxy.policy import GateMode, gate_retrieval
@@ -152,12 +152,7 @@ class MemoryService:
         content = getattr(args, "content", None)
         if content is None:
             return
-        try:
-            size = len(content.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise InvalidArguments(
-                f"content is not valid UTF-8 text (unpaired surrogate at character {exc.start})"
-            ) from None
+        size = len(content.encode("utf-8"))  # the argument model already refused unpaired surrogates
         if size > self.max_content_bytes:
             raise ContentTooLarge(
                 f"content is {size} bytes; the limit is {self.max_content_bytes} bytes (--max-content-bytes)"

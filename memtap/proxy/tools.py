@@ -200,5 +200,8 @@ def parse_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> ContextArgs:
         problems = []
         for err in exc.errors():
             where = ".".join(str(part) for part in err["loc"]) or "arguments"
-            problems.append(f"{where}: {err['msg']}")
+            message = err["msg"]
+            if err["type"] == "string_unicode":
+                message = "not valid UTF-8 text (it holds an unpaired surrogate)"
+            problems.append(f"{where}: {message}")
         raise InvalidArguments(f"{spec.name}: invalid arguments: " + "; ".join(problems)) from None

@@ -30,7 +30,16 @@ __all__ = ["TraceStore", "immediate_transaction"]
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON text, readable where it can be: non-ASCII stays as is unless the value holds
+    text that is not valid Unicode (an unpaired surrogate), which is then escaped."""
+    if value is None:
+        return None
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
 
 
 def _tags_json(tags: AccessTags | None) -> str | None:

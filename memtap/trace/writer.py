@@ -11,6 +11,7 @@ file beside the database and reported.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import threading
@@ -149,9 +150,26 @@ class Recorder:
                     continue
                 batch.append(item)  # type: ignore[arg-type]
             if batch:
-                self._write(batch)
+                try:
+                    self._write(batch)
+                except Exception:  # never let the writer die: later events must still be written
+                    log.exception("recorder: unexpected failure writing a batch")
 
     def _write(self, batch: list[tuple[TraceEvent, Future[None]]]) -> None:
+        try:
+            self._write_batch(batch)
+        except Exception as exc:  # an event the store cannot take: write the others one by one
+            log.error("a batch of %d events failed (%s); writing them one at a time", len(batch), exc)
+            for one in batch:
+                try:
+                    self._write_batch([one])
+                except Exception as single:
+                    reason = f"{type(single).__name__}: {single}"
+                    error = StoreError(f"event {one[0].id} could not be stored: {reason}")
+                    self._spill([one[0]], error)
+                    one[1].set_exception(error)
+
+    def _write_batch(self, batch: list[tuple[TraceEvent, Future[None]]]) -> None:
         assert self._store is not None
         events = [event for event, _ in batch]
         delay = 0.02
@@ -186,7 +204,8 @@ class Recorder:
         try:
             with self.spill_path.open("a", encoding="utf-8") as fh:
                 for event in events:
-                    fh.write(event.model_dump_json() + "\n")
+                    data = event.model_dump(mode="python")
+                    fh.write(json.dumps(data, ensure_ascii=True, default=str) + "\n")
             log.error("%d events could not be written (%s); saved to %s", len(events), error, self.spill_path)
         except OSError as exc:  # the spill file failed too: say so loudly
             log.critical("%d events lost: %s; and spill failed: %s", len(events), error, exc)

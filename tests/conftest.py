@@ -1,0 +1,171 @@
+"""Shared fixtures: real SQLite files under tmp_path, real memtap servers on free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import RequestParamsMeta
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from memtap.cli.demo import free_port, wait_healthy
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def meta(**fields: Any) -> RequestParamsMeta:
+    """An MCP request _meta carrying memtap context."""
+    return cast(RequestParamsMeta, {"memtap": fields})
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads or writes the user's ~/.memtap or inherits a MEMTAP_DB."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MEMTAP_DB", raising=False)
+    monkeypatch.delenv("MEMTAP_API_KEYS", raising=False)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "trace.db"
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    db: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def stderr(self) -> str:
+        return self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+
+
+@pytest.fixture
+def start_http_server(db_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Start ``memtap serve --http`` on a free port; every server is stopped after the test."""
+    started: list[ServerProcess] = []
+
+    def start(*extra: str, db: Path | None = None, env: dict[str, str] | None = None) -> ServerProcess:
+        port = free_port()
+        target = db or db_path
+        cmd = [
+            sys.executable,
+            "-m",
+            "memtap",
+            "serve",
+            "--http",
+            f"127.0.0.1:{port}",
+            "--db",
+            str(target),
+            *extra,
+        ]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
+        )
+        server = ServerProcess(proc, port, target)
+        started.append(server)
+        wait_healthy(f"http://127.0.0.1:{port}/healthz", proc)
+        return server
+
+    yield start
+    for server in started:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+
+
+@asynccontextmanager
+async def http_client(
+    url: str, headers: dict[str, str] | None = None, transport: httpx2.AsyncBaseTransport | None = None
+) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers=headers or {}, transport=transport) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
+
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Spans memtap emits in this process, captured by the SDK's in-memory exporter."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def run_memory_script(client: Client) -> dict[str, str]:
+    """The scripted session both MCP transports are tested with; returns the item ids."""
+    gym = await client.call_tool(
+        "memory_add",
+        {
+            "content": "The user goes to FitLife on Tuesdays.",
+            "session": "s0",
+            "turn": "s0-t0",
+            "role": "user",
+        },
+        meta=meta(run="r1", episode="e1"),
+    )
+    colour = await client.call_tool(
+        "memory_add",
+        {
+            "content": "Favourite colour: green.",
+            "access": {"visibility": "participants", "participants": ["bob"]},
+        },
+        meta=meta(run="r1", episode="e1", session="s0", turn="s0-t1", role="user"),
+    )
+    ids = {"gym": gym.structured_content["id"], "colour": colour.structured_content["id"]}  # type: ignore[index]
+    await client.call_tool(
+        "memory_update",
+        {"id": ids["gym"], "content": "The user switched to CrossFit Central."},
+        meta=meta(run="r1", episode="e1", session="s9", turn="s9-t0", role="user"),
+    )
+    await client.call_tool(
+        "memory_delete", {"id": ids["colour"], "reason": "asked to forget"},
+        meta=meta(run="r1", episode="e1", session="s9", turn="s9-t1", role="user"),
+    )  # fmt: skip
+    found = await client.call_tool(
+        "memory_search", {"query": "which gym CrossFit", "requester": "bob"},
+        meta=meta(run="r1", episode="e1", session="p", turn="p0"),
+    )  # fmt: skip
+    assert found.structured_content is not None
+    assert [r["id"] for r in found.structured_content["results"]] == [ids["gym"]]
+    missing = await client.call_tool("memory_get", {"id": "mem_nope"}, meta=meta(run="r1"))
+    assert missing.is_error
+    return ids

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from memtap.adapters.builtin import BuiltinBackend
+from memtap.errors import SchemaTooNew, StoreError
+from memtap.ids import new_id
+from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
+from memtap.trace.store import TraceStore
+
+T0 = datetime(2026, 1, 6, 13, 35, 57, tzinfo=UTC)
+
+
+def _columns(db: Path, table: str) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -> None:
+    TraceStore(db_path).close()
+    assert _columns(db_path, "events")[:8] == [
+        "id", "started_at", "ended_at", "front_door", "backend", "tool", "op", "status",
+    ]  # fmt: skip
+    assert {"principal", "namespace", "requester", "run_id", "episode", "session", "turn", "role"} <= set(
+        _columns(db_path, "events")
+    )
+    assert {"context", "arguments", "result", "backend_ms", "overhead_ms", "gate"} <= set(
+        _columns(db_path, "events")
+    )
+    assert _columns(db_path, "effects") == [
+        "event_id", "seq", "kind", "backend", "namespace", "item_id", "content_before", "content_after",
+        "tags_before", "tags_after", "rank", "score", "derived_from",
+    ]  # fmt: skip
+    assert {"item_id", "version", "valid_from", "valid_to", "retrieved_count"} <= set(
+        _columns(db_path, "items")
+    )
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")]
+    assert applied == ["m001_create_events", "m002_create_items"]
+
+
+def test_builtin_backend_adds_its_tables_and_full_text_index_to_the_same_file(db_path: Path) -> None:
+    TraceStore(db_path).close()
+    BuiltinBackend(db_path).conn.close()
+    assert "valid_to" in _columns(db_path, "builtin_memory")
+    with sqlite3.connect(db_path) as conn:
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'builtin_memory_fts'").fetchone()[0]
+        sets = {r[0] for r in conn.execute("SELECT DISTINCT migration_set FROM _sqlite_migrations")}
+    assert "fts5" in sql
+    assert sets == {"memtap.trace", "memtap.builtin"}
+
+
+def test_reopening_applies_nothing_twice(db_path: Path) -> None:
+    TraceStore(db_path).close()
+    TraceStore(db_path).close()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == 2
+
+
+def test_database_from_a_newer_memtap_is_refused_by_name(db_path: Path) -> None:
+    TraceStore(db_path).close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(
+            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) VALUES (?, ?, ?)",
+            ("memtap.trace", "m099_from_the_future", "2030-01-01"),
+        )
+    with pytest.raises(SchemaTooNew, match="m099_from_the_future"):
+        TraceStore(db_path)
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_store_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.db"
+    bogus.write_text("this is not sqlite\n" * 100)
+    with pytest.raises(StoreError, match="not a memtap database"):
+        TraceStore(bogus)
+
+
+def _event(op: Op, effects: list[MemoryEffect], *, at: datetime, **ctx: str) -> TraceEvent:
+    return TraceEvent(
+        id=new_id(),
+        started_at=at,
+        ended_at=at + timedelta(milliseconds=1),
+        front_door="test",
+        backend="builtin",
+        tool=f"memory_{op.value}",
+        op=op,
+        context=Context(principal="alice", namespace="alice", role=Role.USER, **ctx),
+        arguments={"x": 1},
+        result={"ok": True},
+        effects=effects,
+        backend_ms=0.5,
+        overhead_ms=0.1,
+    )
+
+
+def test_events_round_trip_with_effects_and_context(db_path: Path) -> None:
+    store = TraceStore(db_path)
+    tags = AccessTags(owner="alice", visibility="participants", participants=["bob"])
+    event = _event(
+        Op.WRITE,
+        [MemoryEffect(kind=EffectKind.ADD, item_id="m1", content_after="FitLife", tags_after=tags)],
+        at=T0,
+        session="s0",
+        turn="s0-t0",
+    )
+    store.write_events([event])
+    [back] = store.list_events()
+    assert back == event.model_copy(
+        update={"effects": [event.effects[0].model_copy(update={"namespace": "alice"})]}
+    )
+    assert store.get_event(event.id[:20]) == back
+    store.close()
+
+
+def test_items_materialise_versions_and_a_delete_closes_without_destroying(db_path: Path) -> None:
+    store = TraceStore(db_path)
+    add = _event(Op.WRITE, [MemoryEffect(kind=EffectKind.ADD, item_id="m1", content_after="v1")], at=T0)
+    upd = _event(
+        Op.UPDATE,
+        [MemoryEffect(kind=EffectKind.UPDATE, item_id="m1", content_before="v1", content_after="v2")],
+        at=T0 + timedelta(seconds=1),
+        session="s1",
+    )
+    hit = _event(
+        Op.RETRIEVE, [MemoryEffect(kind=EffectKind.RETRIEVE, item_id="m1", rank=1, score=2.0)],
+        at=T0 + timedelta(seconds=2),
+    )  # fmt: skip
+    gone = _event(
+        Op.DELETE,
+        [MemoryEffect(kind=EffectKind.DELETE, item_id="m1", content_before="v2")],
+        at=T0 + timedelta(seconds=3),
+    )
+    store.write_events([add, upd, hit, gone])
+    assert store.list_items() == []
+    [item] = store.list_items(include_closed=True)
+    assert (item.content, item.version, item.valid_to) == ("v2", 2, gone.ended_at)
+    full = store.get_item("m1")
+    assert full is not None
+    assert [(v.version, v.op.value, v.content) for v in full.history] == [
+        (1, "add", "v1"),
+        (2, "update", "v2"),
+    ]
+    assert full.history[0].valid_to == upd.ended_at
+    assert full.history[1].valid_to == gone.ended_at
+    assert full.provenance.event_id == add.id
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT retrieved_count FROM items").fetchone()[0] == 1
+    store.close()
+
+
+def test_list_events_filters_and_keeps_time_order(db_path: Path) -> None:
+    store = TraceStore(db_path)
+    events = [
+        _event(Op.WRITE, [], at=T0, session="s0"),
+        _event(Op.RETRIEVE, [], at=T0, session="s1"),
+        _event(Op.WRITE, [], at=T0, session="s1"),
+    ]
+    store.write_events(events)
+    assert [e.id for e in store.list_events(op="write")] == [events[0].id, events[2].id]
+    assert [e.id for e in store.list_events(session="s1")] == [events[1].id, events[2].id]
+    assert [e.id for e in store.list_events(limit=2, newest_first=True)] == [events[1].id, events[2].id]
+    assert [e.id for e in store.list_events(after_id=events[0].id)] == [events[1].id, events[2].id]
+    store.close()

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import pytest
+
+from memtap.errors import StoreError
+from memtap.ids import new_id
+from memtap.trace.models import Context, EffectKind, MemoryEffect, Op, TraceEvent
+from memtap.trace.store import TraceStore
+from memtap.trace.writer import Recorder
+
+
+def _event(i: int) -> TraceEvent:
+    now = datetime.now(UTC)
+    return TraceEvent(
+        id=new_id(),
+        started_at=now,
+        ended_at=now,
+        front_door="test",
+        backend="builtin",
+        tool="memory_add",
+        op=Op.WRITE,
+        context=Context(namespace="u", session=f"s{i % 3}"),
+        effects=[MemoryEffect(kind=EffectKind.ADD, item_id=f"m{i}", content_after=f"fact {i}")],
+    )
+
+
+def _count(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+
+def test_every_submitted_event_is_written_in_batches(db_path: Path) -> None:
+    recorder = Recorder(db_path, batch_size=100).start()
+    events = [_event(i) for i in range(1000)]
+    futures = [recorder.submit(e) for e in events]
+    assert recorder.flush(timeout=30)
+    assert all(f.done() and f.exception() is None for f in futures)
+    recorder.close()
+    assert _count(db_path) == 1000
+    assert recorder.stats.written == 1000
+    assert 10 <= recorder.stats.batches <= 1000
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 1000
+
+
+def test_a_full_queue_makes_the_caller_wait_and_is_counted_not_dropped(db_path: Path) -> None:
+    recorder = Recorder(db_path, max_queue=5, batch_size=2).start()
+    for i in range(300):
+        recorder.submit(_event(i))
+    recorder.close()
+    assert _count(db_path) == 300
+    assert recorder.stats.overflow_waits > 0
+    assert recorder.stats.spilled == 0
+
+
+def test_close_flushes_what_is_queued(db_path: Path) -> None:
+    recorder = Recorder(db_path).start()
+    for i in range(50):
+        recorder.submit(_event(i))
+    recorder.close()
+    assert _count(db_path) == 50
+
+
+def test_submit_after_close_is_an_error_not_a_silent_drop(db_path: Path) -> None:
+    recorder = Recorder(db_path).start()
+    recorder.close()
+    with pytest.raises(StoreError, match="not running"):
+        recorder.submit(_event(0))
+
+
+@pytest.mark.anyio
+async def test_durable_record_returns_only_after_commit(db_path: Path) -> None:
+    recorder = Recorder(db_path, durable=True).start()
+    event = _event(1)
+    await recorder.record(event)
+    reader = TraceStore(db_path)
+    assert [e.id for e in reader.list_events()] == [event.id]
+    reader.close()
+    recorder.close()
+
+
+@pytest.mark.anyio
+async def test_a_locked_database_is_retried_until_it_frees(db_path: Path) -> None:
+    recorder = Recorder(db_path, durable=True, retry_for_s=30).start()
+    blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")
+    pending = asyncio.ensure_future(recorder.record(_event(1)))
+    with anyio.fail_after(20):  # the writer hits the lock (after its 5 s busy timeout) at least once
+        while recorder.stats.write_retries == 0:
+            await anyio.sleep(0.05)
+    assert not pending.done()
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    await asyncio.wait_for(pending, 30)
+    recorder.close()
+    assert _count(db_path) == 1 and recorder.stats.spilled == 0
+
+
+@pytest.mark.anyio
+async def test_events_that_cannot_be_written_are_spilled_to_a_file_and_reported(db_path: Path) -> None:
+    recorder = Recorder(db_path, durable=True, retry_for_s=0).start()
+    blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")
+    event = _event(7)
+    with pytest.raises(StoreError, match="locked"):
+        await asyncio.wait_for(recorder.record(event), 30)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    recorder.close()
+    assert recorder.stats.spilled == 1
+    [line] = recorder.spill_path.read_text().splitlines()
+    assert json.loads(line)["id"] == event.id
+
+
+def test_an_event_the_store_cannot_take_is_spilled_and_the_rest_still_written(db_path: Path) -> None:
+    recorder = Recorder(db_path).start()
+    odd_arguments = _event(1).model_copy(update={"arguments": {"content": "broken \ud800 text"}})
+    poison = _event(2)
+    poison.effects[0].content_after = "unstorable \udfff"
+    later = _event(3)
+    futures = [recorder.submit(e) for e in (odd_arguments, poison, later)]
+    recorder.close()
+    assert futures[0].exception() is None and futures[2].exception() is None
+    assert isinstance(futures[1].exception(), StoreError)
+    store = TraceStore(db_path)
+    stored = {e.id: e for e in store.list_events()}
+    store.close()
+    assert set(stored) == {odd_arguments.id, later.id}
+    assert stored[odd_arguments.id].arguments == {"content": "broken \ud800 text"}
+    [line] = recorder.spill_path.read_text().splitlines()
+    assert json.loads(line)["id"] == poison.id
+    assert recorder.stats.spilled == 1 and recorder.stats.written == 2
