@@ -7,15 +7,12 @@ the recorder exactly once.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from memtap.adapters.base import BackendResult, MemoryBackend
 from memtap.errors import ContentTooLarge, MemtapError, UnknownTool
-from memtap.ids import new_id
 from memtap.proxy.context import build_context
 from memtap.proxy.policy import GateMode, gate_retrieval
 from memtap.proxy.tools import (
@@ -32,13 +29,11 @@ from memtap.proxy.tools import (
     UpdateArgs,
     parse_arguments,
 )
-from memtap.trace.models import AccessTags, Context, Op, Provenance, TraceEvent, utc_now
-from memtap.trace.otel import finish_memory_span, memory_span
+from memtap.trace.calls import recorded_call
+from memtap.trace.models import AccessTags, Context, Op, Provenance
 from memtap.trace.writer import Recorder
 
 __all__ = ["DEFAULT_MAX_CONTENT_BYTES", "MemoryService", "ToolOutcome"]
-
-log = logging.getLogger("memtap.service")
 
 DEFAULT_MAX_CONTENT_BYTES = 1 << 20
 
@@ -81,72 +76,40 @@ class MemoryService:
         layers: tuple[Mapping[str, Any], ...] = (),
     ) -> ToolOutcome:
         """Run one tool call; ``layers`` are context sources, weakest first (headers, _meta)."""
-        t0 = time.perf_counter()
-        started = utc_now()
-        event_id = new_id()
         args_in = dict(arguments or {})
         spec = TOOLS.get(name)
-        op = spec.op if spec else Op.CONTROL
-        context: Context | None = None
-        value: Any = None
-        effects = []
-        backend_ms: float | None = None
-        gate_summary: str | None = None
-        error: str | None = None
-        query: str | None = None
-        with memory_span(op, name, self.backend.name) as span:
-            try:
-                if spec is None:
-                    raise UnknownTool(f"unknown tool {name!r}; this server offers: {', '.join(TOOLS)}")
-                args = parse_arguments(spec, args_in)
-                explicit = {key: getattr(args, key) for key in CONTEXT_FIELDS}
-                context = build_context(principal=principal, client=client, layers=(*layers, explicit))
-                self._check_content(args)
-                query = args.query if isinstance(args, SearchArgs) else None
-                tb = time.perf_counter()
-                result = await self._dispatch(args, context, event_id)
-                backend_ms = (time.perf_counter() - tb) * 1000
-                value, effects = result.value, result.effects
-                if op == Op.RETRIEVE:
-                    decision = gate_retrieval(self.gate, context.requester or principal, effects)
-                    gate_summary = decision.summary()
-                    if decision.withheld:
-                        effects = [eff for eff in effects if eff.item_id not in decision.withheld]
-                        value = {
-                            "results": [r for r in value["results"] if r["id"] not in decision.withheld],
-                            "withheld": len(decision.withheld),
-                        }
-            except MemtapError as exc:
-                error = str(exc)
-            except Exception as exc:  # a bug or an unexpected backend failure: report, stay up
-                log.exception("tool %s failed", name)
-                error = f"internal error: {type(exc).__name__}: {exc}"
-            if context is None:
-                context = build_context_safely(principal, client, layers)
-            if error is not None:
-                value = {"error": error}
-            event = TraceEvent(
-                id=event_id,
-                started_at=started,
-                ended_at=utc_now(),
-                front_door=front_door,
-                backend=self.backend.name,
-                tool=name,
-                op=op,
-                context=context,
-                arguments=args_in,
-                result=value,
-                effects=effects,
-                backend_ms=backend_ms,
-                status="ok" if error is None else "error",
-                error=error,
-                gate=gate_summary,
+        async with recorded_call(
+            self.recorder,
+            tool=name,
+            op=spec.op if spec else Op.CONTROL,
+            front_door=front_door,
+            backend=self.backend.name,
+            arguments=args_in,
+            fallback_context=lambda: build_context_safely(principal, client, layers),
+        ) as call:
+            if spec is None:
+                raise UnknownTool(f"unknown tool {name!r}; this server offers: {', '.join(TOOLS)}")
+            args = parse_arguments(spec, args_in)
+            explicit = {key: getattr(args, key) for key in CONTEXT_FIELDS}
+            call.context = context = build_context(
+                principal=principal, client=client, layers=(*layers, explicit)
             )
-            total_ms = (time.perf_counter() - t0) * 1000
-            event.overhead_ms = round(total_ms - (backend_ms or 0.0), 4)
-            finish_memory_span(span, event, query)
-            await self.recorder.record(event)
-        return ToolOutcome(value, is_error=error is not None, event_id=event_id)
+            self._check_content(args)
+            call.query = args.query if isinstance(args, SearchArgs) else None
+            call.start_backend()
+            result = await self._dispatch(args, context, call.id)
+            call.end_backend()
+            call.value, call.effects = result.value, result.effects
+            if spec.op == Op.RETRIEVE:
+                decision = gate_retrieval(self.gate, context.requester or principal, call.effects)
+                call.gate = decision.summary()
+                if decision.withheld:
+                    call.effects = [eff for eff in call.effects if eff.item_id not in decision.withheld]
+                    call.value = {
+                        "results": [r for r in call.value["results"] if r["id"] not in decision.withheld],
+                        "withheld": len(decision.withheld),
+                    }
+        return ToolOutcome(call.value, is_error=call.error is not None, event_id=call.id)
 
     def _check_content(self, args: ContextArgs) -> None:
         content = getattr(args, "content", None)
