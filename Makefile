@@ -17,8 +17,8 @@ demo: $(STAMP)
 	$(BIN)/memtap demo --db .demo/memtap-demo.db
 
 lint: $(STAMP)
-	$(BIN)/ruff check memtap tests benchmarks
-	$(BIN)/ruff format --check memtap tests benchmarks
+	$(BIN)/ruff check memtap tests benchmarks scripts
+	$(BIN)/ruff format --check memtap tests benchmarks scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

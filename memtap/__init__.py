@@ -5,6 +5,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from memtap.errors import (
+    AccessDenied,
     BackendError,
     ConfigError,
     ContentTooLarge,
@@ -33,6 +34,7 @@ from memtap.trace.store import TraceStore
 from memtap.trace.writer import Recorder
 
 __all__ = [
+    "AccessDenied",
     "AccessTags",
     "BackendError",
     "ConfigError",

@@ -9,6 +9,7 @@ error, an HTTP status with a JSON body).
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "BackendError",
     "ConfigError",
     "ContentTooLarge",
@@ -31,7 +32,15 @@ class ConfigError(MemtapError):
 
 
 class StoreError(MemtapError):
-    """The trace database cannot be opened, migrated or written."""
+    """The trace database cannot be opened, migrated or written.
+
+    ``transient`` errors (another process holds the lock, the disk is full, an I/O
+    error) may succeed when tried again; the others will not.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class SchemaTooNew(StoreError):
@@ -58,6 +67,10 @@ class ItemNotFound(BackendError):
 
 class ProxyError(MemtapError):
     """A front door received a request it cannot serve."""
+
+
+class AccessDenied(ProxyError):
+    """The access gate (enforce mode) refused to disclose a memory to the requester."""
 
 
 class UnknownTool(ProxyError):

@@ -322,7 +322,7 @@ def test_readme_names_exactly_the_context_headers_memtap_reads() -> None:
 
     # X-Memtap-Principal is read by the HTTP gate, not the context builder: check it is honoured.
     gate = PrincipalGate(app=None, keys={}, default_principal="local")  # type: ignore[arg-type]
-    assert gate._principal({"headers": [(b"x-memtap-principal", b"bob")]}) == "bob"
+    assert gate.principal({"headers": [(b"x-memtap-principal", b"bob")]}) == "bob"
     read = {*HEADERS, "x-memtap-principal"}
     text = README.read_text(encoding="utf-8")
     named = {h.lower() for h in re.findall(r"X-Memtap-[A-Za-z-]*[A-Za-z]", text, re.I)}

@@ -155,20 +155,35 @@ async def test_api_keys_map_to_principals_and_never_enter_the_trace(start_http_s
 async def test_enforce_gate_withholds_items_the_requester_may_not_see(start_http_server: StartServer) -> None:
     server = start_http_server("--gate", "enforce")
     async with http_client(server.url) as client:
-        await client.call_tool("memory_add", {"content": "private diagnosis flu"})
+        private = await client.call_tool("memory_add", {"content": "private diagnosis flu"})
         shared = await client.call_tool(
             "memory_add", {"content": "team flu outbreak", "access": {"visibility": "participants",
                                                                      "participants": ["bob"]}}
         )  # fmt: skip
         as_bob = await client.call_tool("memory_search", {"query": "flu", "requester": "bob"})
         as_owner = await client.call_tool("memory_search", {"query": "flu"})
+        listed = await client.call_tool("memory_list", {"requester": "bob"})
+        private_id = private.structured_content["id"]  # type: ignore[index]
+        got = await client.call_tool("memory_get", {"id": private_id, "requester": "bob"})
+        history = await client.call_tool("memory_history", {"id": private_id, "requester": "bob"})
+        owner_get = await client.call_tool("memory_get", {"id": private_id})
+    shared_id = shared.structured_content["id"]  # type: ignore[index]
     assert as_bob.structured_content is not None and as_owner.structured_content is not None
-    assert [r["id"] for r in as_bob.structured_content["results"]] == [shared.structured_content["id"]]  # type: ignore[index]
+    assert [r["id"] for r in as_bob.structured_content["results"]] == [shared_id]
     assert as_bob.structured_content["withheld"] == 1
     assert len(as_owner.structured_content["results"]) == 2
+    assert listed.structured_content is not None
+    assert [i["id"] for i in listed.structured_content["items"]] == [shared_id]
+    assert listed.structured_content["withheld"] == 1
+    for refused in (got, history):
+        assert refused.is_error
+        assert f"memory item '{private_id}' may not be disclosed to 'bob'" in refused.content[0].text  # type: ignore[union-attr]
+    assert not owner_get.is_error
     server.stop()
     store = TraceStore(server.db)
     bob_search = store.list_events(op="retrieve")[0]
+    reads = store.list_events(op="read")
     store.close()
-    assert bob_search.gate is not None and bob_search.gate.startswith("enforce:withheld=mem_")
-    assert len(bob_search.effects) == 1
+    assert bob_search.gate == f"enforce:withheld={private_id}"
+    assert [e.item_id for e in bob_search.effects] == [shared_id]
+    assert [e.gate for e in reads] == [f"enforce:withheld={private_id}"] * 3 + ["enforce:allow"]

@@ -9,8 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from memtap.adapters.builtin import BuiltinBackend
 from memtap.errors import StoreError
 from memtap.ids import new_id
+from memtap.proxy.service import MemoryService
 from memtap.trace.models import Context, EffectKind, MemoryEffect, Op, TraceEvent
 from memtap.trace.store import TraceStore
 from memtap.trace.writer import Recorder
@@ -87,12 +89,15 @@ async def test_durable_record_returns_only_after_commit(db_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_locked_database_is_retried_until_it_frees(db_path: Path) -> None:
+async def test_a_locked_database_is_retried_until_it_frees(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "100")
     recorder = Recorder(db_path, durable=True, retry_for_s=30).start()
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
     blocker.execute("BEGIN EXCLUSIVE")
     pending = asyncio.ensure_future(recorder.record(_event(1)))
-    with anyio.fail_after(20):  # the writer hits the lock (after its 5 s busy timeout) at least once
+    with anyio.fail_after(20):  # the writer hits the lock (after its busy timeout) at least once
         while recorder.stats.write_retries == 0:
             await anyio.sleep(0.05)
     assert not pending.done()
@@ -104,7 +109,10 @@ async def test_a_locked_database_is_retried_until_it_frees(db_path: Path) -> Non
 
 
 @pytest.mark.anyio
-async def test_events_that_cannot_be_written_are_spilled_to_a_file_and_reported(db_path: Path) -> None:
+async def test_events_that_cannot_be_written_are_spilled_to_a_file_and_reported(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "100")
     recorder = Recorder(db_path, durable=True, retry_for_s=0).start()
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
     blocker.execute("BEGIN EXCLUSIVE")
@@ -137,3 +145,38 @@ def test_an_event_the_store_cannot_take_is_spilled_and_the_rest_still_written(db
     [line] = recorder.spill_path.read_text().splitlines()
     assert json.loads(line)["id"] == poison.id
     assert recorder.stats.spilled == 1 and recorder.stats.written == 2
+
+
+@pytest.mark.anyio
+async def test_a_durable_call_whose_commit_fails_tells_the_caller(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "50")
+    recorder = Recorder(db_path, durable=True, retry_for_s=0).start()
+    backend = BuiltinBackend(tmp := db_path.with_name("memory.db"))
+    service = MemoryService(backend, recorder)
+    blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")
+    outcome = await service.call_tool("memory_add", {"content": "kept"}, principal="u", front_door="t")
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    await backend.close()
+    recorder.close()
+    assert outcome.is_error
+    assert outcome.error is not None and "carried out but its trace could not be committed" in outcome.error
+    assert "locked" in outcome.error and str(recorder.spill_path) in outcome.error
+    assert json.loads(recorder.spill_path.read_text())["id"] == outcome.event_id
+    assert (await BuiltinBackend(tmp).list("u")).value["total"] == 1
+
+
+def test_a_permanent_store_error_is_not_retried_and_spares_the_rest_of_the_batch(db_path: Path) -> None:
+    recorder = Recorder(db_path, retry_for_s=30).start()
+    first = _event(1)
+    duplicate = first.model_copy()  # same primary key: an integrity error, permanent
+    later = _event(2)
+    futures = [recorder.submit(e) for e in (first, duplicate, later)]
+    recorder.close()
+    assert futures[0].exception() is None and futures[2].exception() is None
+    assert isinstance(futures[1].exception(), StoreError)
+    assert recorder.stats.write_retries == 0
+    assert _count(db_path) == 2 and recorder.stats.spilled == 1

@@ -19,7 +19,7 @@ def items() -> None:
 @db_option
 @click.option("--namespace", help="Only this namespace.")
 @click.option("--all", "include_closed", is_flag=True, help="Include deleted items.")
-@click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True, help="At most N items.")
 @json_option
 def list_items(
     db: Path | None, namespace: str | None, include_closed: bool, limit: int, as_json: bool

@@ -29,6 +29,9 @@ class MemtapGroup(click.Group):
             return super().invoke(ctx)
         except MemtapError as exc:
             raise MemtapCommandError(str(exc)) from exc
+        except OSError as exc:  # a path the command could not use: say which and why, no traceback
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise MemtapCommandError(f"{where}{exc.strerror or exc}") from exc
 
 
 @click.group(cls=MemtapGroup, context_settings={"help_option_names": ["-h", "--help"]})

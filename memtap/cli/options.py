@@ -44,12 +44,19 @@ def open_store(db: Path | None) -> Any:
     from memtap.trace.store import TraceStore
 
     path = resolve_db(db)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:
+        raise ConfigError(f"cannot access trace database {path}: {exc.strerror}") from exc
+    if not exists:
         raise ConfigError(f"no trace database at {path} (run 'memtap serve' first, or pass --db)")
-    return TraceStore(path)
+    return TraceStore(path, read_only_ok=True)
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPV6]:PORT`` or a bare ``PORT`` (on 127.0.0.1)."""
+    if value.count(":") > 1 and not value.startswith("["):
+        raise ConfigError(f"--http takes HOST:PORT; write an IPv6 address in brackets, as [{value}]:PORT")
     host, sep, port = value.rpartition(":")
     if not sep:
         host, port = "127.0.0.1", value

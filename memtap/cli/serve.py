@@ -40,7 +40,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     type=click.IntRange(min=1),
     default=1 << 20,
     show_default=True,
-    help="Largest memory.",
+    help="Largest memory content, in UTF-8 bytes.",
 )
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
@@ -75,10 +75,4 @@ def serve(
         console_spans=console_spans,
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
-    if address is not None:
-        settings.check_bind(address[0])
-        if not stdio:
-            click.echo(
-                f"memtap: serving MCP at http://{address[0]}:{address[1]}/mcp (db {settings.db})", err=True
-            )
     anyio.run(lambda: run(settings, http=address, stdio=stdio))

@@ -94,27 +94,24 @@ def tail(
     as_json: bool,
 ) -> None:
     """Follow new events as they are recorded (Ctrl-C stops)."""
-    from memtap.cli.render import event_json, event_line, table
+    from memtap.cli.render import event_json, event_line
+    from memtap.trace.models import TraceEvent
 
     store = open_store(db)
     printed = 0
 
-    def emit(events: list) -> None:  # type: ignore[type-arg]
+    def emit(events: list[TraceEvent]) -> None:
         for event in events:
             if as_json:
                 click.echo(event_json(event))
             else:
-                click.echo(
-                    table(
-                        ["id", "time", "op", "tool", "ns", "where", "role", "ms", "effects"],
-                        [event_line(event)],
-                    ).splitlines()[-1]
-                )
+                click.echo("  ".join(str(cell) for cell in event_line(event) if cell != ""))
 
     try:
         backlog = store.list_events(op=op, namespace=namespace, limit=last, newest_first=True) if last else []
         emit(backlog)
-        cursor = backlog[-1].id if backlog else _newest_id(store)
+        newest = store.list_events(limit=1, newest_first=True)
+        cursor = backlog[-1].id if backlog else (newest[-1].id if newest else None)
         while count is None or printed < count:
             events = store.list_events(op=op, namespace=namespace, after_id=cursor, limit=500)
             if count is not None:
@@ -129,8 +126,3 @@ def tail(
         pass
     finally:
         store.close()
-
-
-def _newest_id(store: object) -> str | None:
-    rows = store.list_events(limit=1, newest_first=True)  # type: ignore[attr-defined]
-    return rows[-1].id if rows else None

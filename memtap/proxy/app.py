@@ -6,10 +6,10 @@ import contextlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
@@ -19,7 +19,21 @@ from memtap import __version__
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
 from memtap.proxy.runtime import Runtime, is_loopback
 
-__all__ = ["PrincipalGate", "create_app"]
+__all__ = ["PrincipalGate", "create_app", "resolve_principal"]
+
+
+def resolve_principal(headers: Mapping[str, str], keys: dict[str, str], default: str) -> str | None:
+    """The caller's principal from its headers (lower-case names), or None when a key is required and
+    missing or unknown. Keys are compared in constant time and never logged or recorded."""
+    if not keys:
+        return headers.get("x-memtap-principal") or default
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return None
+    for key, principal in keys.items():
+        if hmac.compare_digest(key.encode(), token.strip().encode()):
+            return principal
+    return None
 
 
 class PrincipalGate:
@@ -35,21 +49,13 @@ class PrincipalGate:
         self.keys = keys
         self.default_principal = default_principal
 
-    def _principal(self, scope: Scope) -> str | None:
+    def principal(self, scope: Scope) -> str | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if not self.keys:
-            return headers.get("x-memtap-principal") or self.default_principal
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
-        for key, principal in self.keys.items():
-            if hmac.compare_digest(key.encode(), token.strip().encode()):
-                return principal
-        return None
+        return resolve_principal(headers, self.keys, self.default_principal)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            principal = self._principal(scope)
+            principal = self.principal(scope)
             if principal is None:
                 body = json.dumps(
                     {
@@ -101,7 +107,10 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
+    async def healthz(request: Request) -> dict[str, Any]:
+        """Liveness for anyone; the details (paths, counters) only for callers with a key."""
+        if settings.api_keys and resolve_principal(request.headers, settings.api_keys, "") is None:
+            return {"status": "ok"}
         return {
             "status": "ok",
             "version": __version__,

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -76,7 +77,8 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
                 access_log=False,
             )
             uvicorn_server = uvicorn.Server(config)
-            log.info("memtap serving MCP on http://%s:%d/mcp (db %s)", host, port, settings.db)
+            if not stdio:  # on stdio, standard error may be a client's log: stay quiet there
+                print(f"memtap: serving MCP at http://{host}:{port}/mcp (db {settings.db})", file=sys.stderr)
         cancels: list[Callable[[], None]] = []
 
         def stop() -> None:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memtap.adapters.base import BackendResult, MemoryBackend
-from memtap.errors import ContentTooLarge, MemtapError, UnknownTool
+from memtap.errors import AccessDenied, ContentTooLarge, MemtapError, UnknownTool
 from memtap.proxy.context import build_context
-from memtap.proxy.policy import GateMode, gate_retrieval
+from memtap.proxy.policy import GateMode, gate_retrieval, gate_stored
 from memtap.proxy.tools import (
     CONTEXT_FIELDS,
     TOOLS,
@@ -29,7 +29,7 @@ from memtap.proxy.tools import (
     UpdateArgs,
     parse_arguments,
 )
-from memtap.trace.calls import recorded_call
+from memtap.trace.calls import CallRecord, recorded_call
 from memtap.trace.models import AccessTags, Context, Op, Provenance
 from memtap.trace.writer import Recorder
 
@@ -100,16 +100,36 @@ class MemoryService:
             result = await self._dispatch(args, context, call.id)
             call.end_backend()
             call.value, call.effects = result.value, result.effects
-            if spec.op == Op.RETRIEVE:
-                decision = gate_retrieval(self.gate, context.requester or principal, call.effects)
-                call.gate = decision.summary()
-                if decision.withheld:
-                    call.effects = [eff for eff in call.effects if eff.item_id not in decision.withheld]
-                    call.value = {
-                        "results": [r for r in call.value["results"] if r["id"] not in decision.withheld],
-                        "withheld": len(decision.withheld),
-                    }
+            self._gate(call, args, context.requester or principal)
         return ToolOutcome(call.value, is_error=call.error is not None, event_id=call.id)
+
+    def _gate(self, call: CallRecord, args: ContextArgs, requester: str) -> None:
+        """Judge what this call is about to disclose; in enforce mode, withhold or refuse."""
+        item_id = ""
+        if isinstance(args, SearchArgs):
+            decision = gate_retrieval(self.gate, requester, call.effects)
+            listed_key = "results"
+        elif isinstance(args, ListArgs):
+            decision = gate_stored(self.gate, requester, call.value["items"])
+            listed_key = "items"
+        elif isinstance(args, GetArgs):
+            decision = gate_stored(self.gate, requester, [call.value])
+            listed_key, item_id = "", args.id
+        elif isinstance(args, HistoryArgs):
+            versions = call.value["versions"]
+            decision = gate_stored(self.gate, requester, [{"id": args.id, "tags": versions[-1].get("tags")}])
+            listed_key, item_id = "", args.id
+        else:
+            return
+        call.gate = decision.summary()
+        withheld = decision.withheld
+        if not withheld:
+            return
+        if not listed_key:
+            raise AccessDenied(f"memory item {item_id!r} may not be disclosed to {requester!r}")
+        call.effects = [eff for eff in call.effects if eff.item_id not in withheld]
+        kept = [m for m in call.value[listed_key] if m["id"] not in withheld]
+        call.value = {**call.value, listed_key: kept, "withheld": len(withheld)}
 
     def _check_content(self, args: ContextArgs) -> None:
         content = getattr(args, "content", None)

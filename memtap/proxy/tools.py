@@ -74,11 +74,13 @@ class GetArgs(ContextArgs):
 
 
 class ListArgs(ContextArgs):
-    limit: int = Field(50, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    limit: int = Field(50, ge=1, le=1000, description="How many items at most")
+    offset: int = Field(0, ge=0, description="How many items to skip (oldest first)")
 
 
 class UpdateArgs(ContextArgs):
+    """Give at least one of content, metadata or access."""
+
     id: str = Field(..., min_length=1, description="Memory item id")
     content: str | None = Field(None, min_length=1, description="The new content")
     metadata: dict[str, Any] | None = Field(None, description="Replaces the metadata")
@@ -161,7 +163,8 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec(
             "memory_update",
             "Update a memory",
-            "Replace a memory item's content, metadata or access tags. The old version is kept in history.",
+            "Replace a memory item's content, metadata or access tags (at least one of them). "
+            "The old version is kept in history.",
             UpdateArgs,
             Op.UPDATE,
             read_only=False,

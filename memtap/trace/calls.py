@@ -5,6 +5,8 @@ the :class:`CallRecord` it yields. Whatever happens inside, failed or not, the
 call becomes exactly one event. A :class:`MemtapError` raised inside becomes the
 event's error; any other exception is logged and recorded as an internal error.
 Neither propagates: the front door reads ``record.error`` and answers its caller.
+In durable mode a failed commit is an error too: the caller learns that the call was
+carried out but not recorded (the event is spilled beside the database, never lost).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memtap.errors import MemtapError
+from memtap.errors import MemtapError, StoreError
 from memtap.ids import new_id
 from memtap.trace.models import Context, MemoryEffect, Op, TraceEvent, utc_now
 from memtap.trace.otel import finish_memory_span, memory_span
@@ -100,4 +102,12 @@ async def recorded_call(
         total_ms = (time.perf_counter() - t0) * 1000
         event.overhead_ms = round(total_ms - (record.backend_ms or 0.0), 4)
         finish_memory_span(span, event, record.query)
-        await recorder.record(event)
+        try:
+            await recorder.record(event)
+        except StoreError as exc:  # durable mode: the commit failed, so the caller must not think it did
+            outcome = "the call failed" if record.error else "the call was carried out"
+            record.error = (
+                f"{outcome} but its trace could not be committed ({exc}); "
+                f"the event was saved to {recorder.spill_path}"
+            )
+            record.value = {"error": record.error}

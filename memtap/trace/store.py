@@ -24,7 +24,7 @@ from memtap.trace.models import (
     Provenance,
     TraceEvent,
 )
-from memtap.trace.sqlite import describe_sqlite_error, open_database
+from memtap.trace.sqlite import describe_sqlite_error, is_transient, open_database
 
 __all__ = ["TraceStore", "immediate_transaction"]
 
@@ -66,9 +66,22 @@ def immediate_transaction(db: Database) -> Iterator[None]:
 class TraceStore:
     """A trace database. Opening one applies pending migrations."""
 
-    def __init__(self, path: str | Path, *, durable: bool = False, check_same_thread: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        durable: bool = False,
+        check_same_thread: bool = True,
+        read_only_ok: bool = False,
+    ) -> None:
         self.path = Path(path)
-        self.db = open_database(self.path, MIGRATIONS, durable=durable, check_same_thread=check_same_thread)
+        self.db = open_database(
+            self.path,
+            MIGRATIONS,
+            durable=durable,
+            check_same_thread=check_same_thread,
+            read_only_ok=read_only_ok,
+        )
 
     def close(self) -> None:
         self.db.conn.close()
@@ -139,7 +152,7 @@ class TraceStore:
                     for eff in event.effects:
                         self._materialise(conn, event, eff)
         except sqlite3.Error as exc:
-            raise StoreError(describe_sqlite_error(self.path, exc)) from exc
+            raise StoreError(describe_sqlite_error(self.path, exc), transient=is_transient(exc)) from exc
 
     def _materialise(self, conn: sqlite3.Connection, event: TraceEvent, eff: MemoryEffect) -> None:
         key = (event.backend, eff.item_id)

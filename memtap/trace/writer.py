@@ -81,25 +81,38 @@ class Recorder:
         self._thread.start()
         return self
 
-    def submit(self, event: TraceEvent) -> Future[None]:
-        """Queue an event; the future completes when its batch is committed."""
+    def _entry(self, event: TraceEvent) -> tuple[TraceEvent, Future[None]]:
         if self._thread is None or self._closing.is_set():
             raise StoreError("the recorder is not running; the event was not recorded")
-        done: Future[None] = Future()
         with self._idle:
             self.stats.submitted += 1
+        return event, Future()
+
+    def submit(self, event: TraceEvent) -> Future[None]:
+        """Queue an event from synchronous code (a full queue blocks this thread); the
+        future completes when its batch is committed."""
+        entry = self._entry(event)
         try:
-            self._queue.put_nowait((event, done))
+            self._queue.put_nowait(entry)
         except queue.Full:
             self.stats.overflow_waits += 1
-            self._queue.put((event, done))
-        return done
+            self._queue.put(entry)
+        return entry[1]
 
     async def record(self, event: TraceEvent) -> None:
-        """Record from async code; in durable mode, return only after the commit."""
-        done = self.submit(event)
+        """Record from async code; in durable mode, return only after the commit.
+
+        A full queue makes this caller wait in a worker thread, never the event loop,
+        so other requests go on while the writer catches up.
+        """
+        entry = self._entry(event)
+        try:
+            self._queue.put_nowait(entry)
+        except queue.Full:
+            self.stats.overflow_waits += 1
+            await asyncio.to_thread(self._queue.put, entry)
         if self.durable:
-            await asyncio.wrap_future(done)
+            await asyncio.wrap_future(entry[1])
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every event submitted so far is written (or spilled)."""
@@ -182,6 +195,8 @@ class Recorder:
             except StoreError as exc:
                 error = exc
                 self.stats.last_error = str(exc)
+                if not exc.transient:
+                    raise  # retrying cannot help: the caller writes the batch event by event
                 self.stats.write_retries += 1
                 if time.monotonic() >= deadline:
                     break
