@@ -74,6 +74,14 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(f'"{token}"' for token in tokens) or None
 
 
+def _tags_of(row: dict[str, Any]) -> AccessTags | None:
+    return AccessTags.model_validate_json(row["tags"]) if row["tags"] else None
+
+
+def _provenance_of(row: dict[str, Any]) -> Provenance:
+    return Provenance.model_validate_json(row["provenance"]) if row["provenance"] else Provenance()
+
+
 _COLUMN_NAMES = (
     "version_id",
     "item_id",
@@ -137,10 +145,8 @@ class BuiltinBackend:
             namespace=row["namespace"],
             content=row["content"],
             metadata=json.loads(row["metadata"]),
-            tags=AccessTags.model_validate_json(row["tags"]) if row["tags"] else None,
-            provenance=Provenance.model_validate_json(row["provenance"])
-            if row["provenance"]
-            else Provenance(),
+            tags=_tags_of(row),
+            provenance=_provenance_of(row),
             version=row["version"],
             created_at=datetime.fromisoformat(row["created_at"]),
             updated_at=datetime.fromisoformat(row["valid_from"]),
@@ -288,7 +294,7 @@ class BuiltinBackend:
         try:
             with self._write():
                 row = self._current(namespace, item_id)
-                old_tags = AccessTags.model_validate_json(row["tags"]) if row["tags"] else None
+                old_tags = _tags_of(row)
                 new_content = row["content"] if content is None else content
                 new_metadata = json.loads(row["metadata"]) if metadata is None else metadata
                 new_tags = old_tags if tags is None else tags
@@ -329,7 +335,7 @@ class BuiltinBackend:
                 self._close_version(row, at, "delete")
         except sqlite3.Error as exc:
             raise BackendError(describe_sqlite_error(self.path, exc)) from exc
-        tags = AccessTags.model_validate_json(row["tags"]) if row["tags"] else None
+        tags = _tags_of(row)
         effect = MemoryEffect(
             kind=EffectKind.DELETE,
             item_id=item_id,
@@ -352,10 +358,8 @@ class BuiltinBackend:
                 version=row["version"],
                 content=row["content"],
                 metadata=json.loads(row["metadata"]),
-                tags=AccessTags.model_validate_json(row["tags"]) if row["tags"] else None,
-                provenance=Provenance.model_validate_json(row["provenance"])
-                if row["provenance"]
-                else Provenance(),
+                tags=_tags_of(row),
+                provenance=_provenance_of(row),
                 valid_from=datetime.fromisoformat(row["valid_from"]),
                 valid_to=datetime.fromisoformat(row["valid_to"]) if row["valid_to"] else None,
                 closed_by=row["closed_by"],
