@@ -7,6 +7,7 @@ sorting event ids sorts events by the time they started.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
@@ -14,6 +15,9 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _lock = threading.Lock()
 _last_ms = 0
 _last_rand = 0
+# Ids need uniqueness, not secrecy: a generator seeded once from the OS is enough, and
+# avoids a system call per id (which, under load, also waits for the GIL).
+_random = random.Random(os.urandom(32))
 
 
 def _encode(value: int, length: int) -> str:
@@ -33,7 +37,7 @@ def new_id() -> str:
             now = _last_ms
             rand = _last_rand + 1
         else:
-            rand = int.from_bytes(os.urandom(10), "big") >> 1  # leave room to count up
+            rand = _random.getrandbits(79)  # 80 bits, the top one left free to count up
         _last_ms, _last_rand = now, rand
     return _encode(now, 10) + _encode(rand, 16)
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic_core import to_json
 from sqlite_utils import Database
 
 from memtap.errors import StoreError
@@ -34,12 +35,10 @@ def _json(value: Any) -> str | None:
     text that is not valid Unicode (an unpaired surrogate), which is then escaped."""
     if value is None:
         return None
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-    return text
+        return to_json(value).decode("utf-8")  # compact, UTF-8; refuses unpaired surrogates
+    except (ValueError, TypeError):
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str)
 
 
 def _tags_json(tags: AccessTags | None) -> str | None:
@@ -92,19 +91,22 @@ class TraceStore:
         """Insert events, their effects and the item states they imply, in one transaction."""
         if not events:
             return
+        # Enum members are str subclasses: SQLite binds them as text, without the cost of .value.
         event_rows = []
         effect_rows = []
+        materialise = []
         for event in events:
             ctx = event.context
+            ended = event.ended_at.isoformat()
             event_rows.append(
                 (
                     event.id,
                     event.started_at.isoformat(),
-                    event.ended_at.isoformat(),
+                    ended,
                     event.front_door,
                     event.backend,
                     event.tool,
-                    event.op.value,
+                    event.op,
                     event.status,
                     event.error,
                     ctx.principal,
@@ -114,7 +116,7 @@ class TraceStore:
                     ctx.episode,
                     ctx.session,
                     ctx.turn,
-                    ctx.role.value if ctx.role else None,
+                    ctx.role,
                     ctx.client,
                     ctx.upstream,
                     ctx.model_dump_json(exclude_none=True),
@@ -126,47 +128,58 @@ class TraceStore:
                 )
             )
             for seq, eff in enumerate(event.effects):
+                tags_after = _tags_json(eff.tags_after)
+                derived = _json(eff.derived_from) if eff.derived_from else None
                 effect_rows.append(
                     (
                         event.id,
                         seq,
-                        eff.kind.value,
+                        eff.kind,
                         event.backend,
                         eff.namespace or ctx.namespace,
                         eff.item_id,
                         eff.content_before,
                         eff.content_after,
                         _tags_json(eff.tags_before),
-                        _tags_json(eff.tags_after),
+                        tags_after,
                         eff.rank,
                         eff.score,
-                        _json(eff.derived_from) if eff.derived_from else None,
+                        derived,
                     )
                 )
+                materialise.append((event, eff, ended, tags_after, derived))
         conn = self.db.conn
         try:
             with immediate_transaction(self.db):
                 conn.executemany(f"INSERT INTO events VALUES ({','.join('?' * 25)})", event_rows)
                 conn.executemany(f"INSERT INTO effects VALUES ({','.join('?' * 13)})", effect_rows)
-                for event in events:
-                    for eff in event.effects:
-                        self._materialise(conn, event, eff)
+                for args in materialise:
+                    self._materialise(conn, *args)
         except sqlite3.Error as exc:
             raise StoreError(describe_sqlite_error(self.path, exc), transient=is_transient(exc)) from exc
 
-    def _materialise(self, conn: sqlite3.Connection, event: TraceEvent, eff: MemoryEffect) -> None:
+    def _materialise(
+        self,
+        conn: sqlite3.Connection,
+        event: TraceEvent,
+        eff: MemoryEffect,
+        at: str,
+        tags: str | None,
+        derived: str | None,
+    ) -> None:
+        """Apply one effect to the items it touches (``at``, ``tags``, ``derived``: already as text)."""
         key = (event.backend, eff.item_id)
-        at = event.ended_at.isoformat()
-        row = conn.execute(
-            "SELECT version, valid_to FROM items WHERE backend = ? AND item_id = ?", key
-        ).fetchone()
-        if eff.kind == EffectKind.RETRIEVE:
+        kind = eff.kind
+        if kind is EffectKind.RETRIEVE:
             conn.execute(
                 "UPDATE items SET retrieved_count = retrieved_count + 1 WHERE backend = ? AND item_id = ?",
                 key,
             )
             return
-        if eff.kind == EffectKind.DELETE:
+        if kind is EffectKind.DELETE:
+            row = conn.execute(
+                "SELECT version, valid_to FROM items WHERE backend = ? AND item_id = ?", key
+            ).fetchone()
             if row is not None and row[1] is None:
                 conn.execute(
                     "UPDATE items SET valid_to = ?, last_event = ? WHERE backend = ? AND item_id = ?",
@@ -178,49 +191,50 @@ class TraceStore:
                 )
             return
         content = eff.content_after if eff.content_after is not None else ""
-        tags = _tags_json(eff.tags_after)
-        if row is None:
-            ctx = event.context
-            conn.execute(
-                "INSERT INTO items (backend, item_id, namespace, content, tags, version, created_event,"
-                " principal, run_id, episode, session, turn, role, valid_from, valid_to, derived_from,"
-                " last_event) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-                (
-                    *key,
-                    eff.namespace or ctx.namespace,
-                    content,
-                    tags,
-                    event.id,
-                    ctx.principal,
-                    ctx.run,
-                    ctx.episode,
-                    ctx.session,
-                    ctx.turn,
-                    ctx.role.value if ctx.role else None,
-                    at,
-                    _json(eff.derived_from) if eff.derived_from else None,
-                    event.id,
-                ),
-            )
+        ctx = event.context
+        created = conn.execute(
+            "INSERT OR IGNORE INTO items (backend, item_id, namespace, content, tags, version, created_event,"
+            " principal, run_id, episode, session, turn, role, valid_from, valid_to, derived_from,"
+            " last_event) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            (
+                *key,
+                eff.namespace or ctx.namespace,
+                content,
+                tags,
+                event.id,
+                ctx.principal,
+                ctx.run,
+                ctx.episode,
+                ctx.session,
+                ctx.turn,
+                ctx.role,
+                at,
+                derived,
+                event.id,
+            ),
+        ).rowcount
+        if created:
             conn.execute(
                 "INSERT INTO item_versions VALUES (?, ?, 1, ?, ?, ?, ?, ?, NULL)",
-                (*key, content, tags, eff.kind.value, event.id, at),
+                (*key, content, tags, kind, event.id, at),
             )
             return
-        version = row[0] + 1
+        (current,) = conn.execute(
+            "SELECT version FROM items WHERE backend = ? AND item_id = ?", key
+        ).fetchone()
         conn.execute(
             "UPDATE item_versions SET valid_to = ? WHERE backend = ? AND item_id = ? AND version = ?"
             " AND valid_to IS NULL",
-            (at, *key, row[0]),
+            (at, *key, current),
         )
         conn.execute(
             "INSERT INTO item_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-            (*key, version, content, tags, eff.kind.value, event.id, at),
+            (*key, current + 1, content, tags, kind, event.id, at),
         )
         conn.execute(
             "UPDATE items SET content = ?, tags = COALESCE(?, tags), version = ?, valid_to = NULL,"
             " last_event = ? WHERE backend = ? AND item_id = ?",
-            (content, tags, version, event.id, *key),
+            (content, tags, current + 1, event.id, *key),
         )
 
     # -- reading -----------------------------------------------------------------

@@ -56,11 +56,15 @@ class Recorder:
         max_queue: int = 50_000,
         batch_size: int = 1000,
         retry_for_s: float = 30.0,
+        linger_s: float = 0.005,
     ) -> None:
         self.path = Path(path)
         self.durable = durable
         self.batch_size = batch_size
         self.retry_for_s = retry_for_s
+        # Outside durable mode the writer waits this long for more events before a commit, so a
+        # busy proxy writes few large batches instead of competing with requests on every call.
+        self.linger_s = 0.0 if durable else linger_s
         self.stats = RecorderStats()
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
@@ -153,9 +157,11 @@ class Recorder:
                 stopping = True
             else:
                 batch.append(first)  # type: ignore[arg-type]
-            while len(batch) < self.batch_size:
+            deadline = time.monotonic() + self.linger_s
+            while len(batch) < self.batch_size and not stopping:
+                wait = deadline - time.monotonic()
                 try:
-                    item = self._queue.get_nowait()
+                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if item is _STOP:
