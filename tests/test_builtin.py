@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import math
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -9,7 +9,9 @@ from rank_bm25 import BM25Okapi
 
 from memtap.adapters.builtin import BuiltinBackend, fts_query, tokenize
 from memtap.errors import ItemNotFound
-from memtap.trace.models import AccessTags, EffectKind, Provenance, Role
+from memtap.ids import new_id
+from memtap.trace.models import AccessTags, Context, EffectKind, Op, Provenance, Role, TraceEvent, utc_now
+from memtap.trace.store import TraceStore
 
 pytestmark = pytest.mark.anyio
 
@@ -127,17 +129,183 @@ async def test_queries_with_fts_syntax_characters_are_plain_words(backend: Built
     assert await _ids(backend, "u", "  ?!  ") == []
 
 
-async def test_ranking_agrees_with_rank_bm25_on_the_same_tokens(backend: BuiltinBackend) -> None:
+async def _hits(backend: BuiltinBackend, ns: str, query: str, limit: int = 10) -> list[tuple[str, float]]:
+    result = await backend.search(ns, query, limit=limit)
+    assert [r["rank"] for r in result.value["results"]] == list(range(1, len(result.value["results"]) + 1))
+    assert [(e.item_id, e.rank, e.score) for e in result.effects] == [
+        (r["id"], r["rank"], r["score"]) for r in result.value["results"]
+    ]
+    return [(r["id"], r["score"]) for r in result.value["results"]]
+
+
+def _okapi_hits(ids: list[str], docs: list[str], query: str, limit: int = 10) -> list[tuple[str, float]]:
+    """BM25Okapi (its defaults) over ``docs``: the items holding a query word, best first, ties by age."""
+    tokens = list(dict.fromkeys(tokenize(query)))
+    corpus = [tokenize(d) for d in docs]
+    scores = BM25Okapi(corpus).get_scores(tokens)
+    matching = [i for i, doc in enumerate(corpus) if set(tokens) & set(doc)]
+    ranked = sorted(matching, key=lambda i: (-scores[i], i))[:limit]
+    return [(ids[i], round(float(scores[i]), 6)) for i in ranked]
+
+
+async def test_ranking_and_scores_equal_rank_bm25_okapi(backend: BuiltinBackend) -> None:
     docs = [
         "alpha beta gamma", "alpha alpha delta", "beta epsilon zeta eta", "gamma gamma gamma alpha",
         "theta iota kappa", "alpha beta", "delta epsilon", "kappa lambda mu alpha",
     ]  # fmt: skip
     ids = [(await backend.add("u", d)).value["id"] for d in docs]
-    okapi = BM25Okapi([tokenize(d) for d in docs], k1=1.2, b=0.75)
-    for query in ("alpha gamma", "beta epsilon", "kappa"):
-        scores = okapi.get_scores(tokenize(query))
-        expected = [ids[i] for i in sorted(range(len(docs)), key=lambda i: -scores[i]) if scores[i] > 0]
-        got = await _ids(backend, "u", query)
-        assert set(got) == set(expected)
-        assert got[0] == expected[0], query
-        assert not math.isnan(scores.max())
+    for query in ("alpha gamma", "beta epsilon", "kappa", "alpha", "mu zeta alpha", "nothing here"):
+        assert await _hits(backend, "u", query) == _okapi_hits(ids, docs, query), query
+    assert await _hits(backend, "u", "alpha", limit=2) == _okapi_hits(ids, docs, "alpha", limit=2)
+
+
+async def test_scores_use_the_namespace_s_own_statistics(backend: BuiltinBackend, db_path: Path) -> None:
+    docs = ["green tea every morning", "the gym on Tuesday", "tea with lemon", "a walk in the park"]
+    ids = [(await backend.add("a", d)).value["id"] for d in docs]
+    before = await _hits(backend, "a", "green tea park")
+    assert before == _okapi_hits(ids, docs, "green tea park")
+    for i in range(30):
+        await backend.add("b", f"green tea and more tea, note {i}")
+    assert await _hits(backend, "a", "green tea park") == before
+    second = BuiltinBackend(db_path)
+    try:
+        assert await _hits(second, "a", "green tea park") == before
+    finally:
+        await second.close()
+
+
+async def test_index_follows_adds_updates_and_deletes_like_a_fresh_build(
+    backend: BuiltinBackend, db_path: Path
+) -> None:
+    texts = ["tea and cake", "coffee and cake", "green tea", "tea tea tea", "running shoes", "cake shop"]
+    ids = [(await backend.add("u", t)).value["id"] for t in texts]
+    assert await _ids(backend, "u", "tea") != []  # builds the namespace's index
+    built = backend._indexes.built("u")
+    await backend.update("u", ids[0], content="herbal tea and scones")
+    await backend.delete("u", ids[1])
+    await backend.update("u", ids[2], metadata={"note": "same text, new version"})
+    ids.append((await backend.add("u", "cake and tea at noon")).value["id"])
+    await backend.delete("u", ids[4])
+    await backend.update("u", ids[3], content="tea")
+    assert backend._indexes.built("u") is built  # kept in step, not rebuilt
+    fresh = BuiltinBackend(db_path)
+    try:
+        for query in ("tea", "cake", "tea cake scones", "coffee", "shoes", "noon herbal"):
+            assert await _hits(backend, "u", query) == await _hits(fresh, "u", query), query
+    finally:
+        await fresh.close()
+    current = [(item["id"], item["content"]) for item in (await backend.list("u")).value["items"]]
+    for query in ("tea", "tea cake scones"):
+        expected = _okapi_hits([i for i, _ in current], [c for _, c in current], query)
+        assert await _hits(backend, "u", query) == expected
+    assert backend._indexes.built("u") is built
+
+
+async def test_a_second_backend_writing_the_file_is_seen_by_the_next_search(
+    backend: BuiltinBackend, db_path: Path
+) -> None:
+    kept = (await backend.add("u", "the blue notebook")).value["id"]
+    gone = (await backend.add("u", "the red notebook")).value["id"]
+    assert set(await _ids(backend, "u", "notebook")) == {kept, gone}
+    other = BuiltinBackend(db_path)
+    try:
+        added = (await other.add("u", "a green notebook")).value["id"]
+        await other.delete("u", gone)
+        await other.update("u", kept, content="the blue diary")
+        assert await _ids(backend, "u", "notebook") == [added]
+        assert await _ids(backend, "u", "diary") == [kept]
+        await other.add("u", "another notebook")
+        mine = (await backend.add("u", "notebook notebook")).value["id"]  # writes on top of the other's
+        assert (await _ids(backend, "u", "notebook"))[0] == mine
+        assert await _hits(backend, "u", "notebook") == await _hits(other, "u", "notebook")
+    finally:
+        await other.close()
+
+
+async def test_search_folds_accents_and_splits_underscores_like_fts5(
+    backend: BuiltinBackend, db_path: Path
+) -> None:
+    item = (await backend.add("u", "Crème brûlée at Café_Rouge")).value["id"]
+    for query in ("creme", "CAFÉ", "rouge", "brulee", "cafe_rouge"):
+        assert await _ids(backend, "u", query) == [item], query
+    assert await _ids(backend, "u", "café_rouge_xyz") == [item]
+    assert await _ids(backend, "u", "caferouge") == []
+    with sqlite3.connect(db_path) as conn:
+        for query in ("creme", "CAFÉ", "cafe_rouge"):
+            match = fts_query(query)
+            found = conn.execute(
+                "SELECT item_id FROM builtin_memory_fts WHERE builtin_memory_fts MATCH ?", (match,)
+            ).fetchall()
+            assert found == [(item,)], query
+    assert fts_query("Café_Rouge café") == '"cafe" OR "rouge"'
+
+
+async def test_empty_queries_and_unmatched_words_find_nothing(backend: BuiltinBackend) -> None:
+    assert await _ids(backend, "u", "anything") == []
+    await backend.add("u", "some words")
+    assert await _ids(backend, "u", "") == []
+    assert await _ids(backend, "u", "_ - !") == []
+    assert await _ids(backend, "u", "other") == []
+    assert await _ids(backend, "u", "words", limit=0) == []
+    assert (await backend.search("u", "other")).effects == []
+
+
+async def test_fts5_index_still_holds_exactly_the_current_versions(
+    backend: BuiltinBackend, db_path: Path
+) -> None:
+    a = (await backend.add("u", "apple pie")).value["id"]
+    b = (await backend.add("u", "apple tart")).value["id"]
+    await backend.update("u", a, content="apple crumble")
+    await backend.delete("u", b)
+    with sqlite3.connect(db_path) as conn:
+        rows = conn.execute(
+            "SELECT f.rowid, m.content FROM builtin_memory_fts f JOIN builtin_memory m ON m.version_id = f.rowid"
+            " WHERE builtin_memory_fts MATCH 'apple'"
+        ).fetchall()
+        current = conn.execute(
+            "SELECT version_id, content FROM builtin_memory WHERE valid_to IS NULL"
+        ).fetchall()
+    assert rows == current == [(rows[0][0], "apple crumble")]
+
+
+async def test_a_file_from_before_the_generation_table_is_migrated_and_searchable(db_path: Path) -> None:
+    old = BuiltinBackend(db_path)
+    item = (await old.add("u", "kept from before")).value["id"]
+    await old.close()
+    with sqlite3.connect(db_path) as conn:  # as memtap left the file before m002 existed
+        conn.execute("DROP TABLE builtin_generation")
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm002_create_generation'")
+    reopened = BuiltinBackend(db_path)
+    try:
+        assert await _ids(reopened, "u", "before") == [item]
+        with sqlite3.connect(db_path) as conn:
+            names = [r[0] for r in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = 'memtap.builtin' ORDER BY id"
+            )]  # fmt: skip
+        assert names == ["m001_create_builtin_memory", "m002_create_generation"]
+    finally:
+        await reopened.close()
+
+
+async def test_trace_commits_to_the_same_file_do_not_rebuild_the_index(
+    backend: BuiltinBackend, db_path: Path
+) -> None:
+    item = (await backend.add("u", "the trace shares this file")).value["id"]
+    found = await backend.search("u", "trace")
+    built = backend._indexes.built("u")
+    store = TraceStore(db_path)
+    try:
+        at = utc_now()
+        store.write_events(
+            [
+                TraceEvent(
+                    id=new_id(), started_at=at, ended_at=at, front_door="test", backend="builtin",
+                    tool="memory_search", op=Op.RETRIEVE, context=Context(principal="u", namespace="u"),
+                    effects=found.effects,
+                )
+            ]
+        )  # fmt: skip
+    finally:
+        store.close()
+    assert await _ids(backend, "u", "trace") == [item]
+    assert backend._indexes.built("u") is built

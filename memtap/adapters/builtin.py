@@ -2,17 +2,25 @@
 
 Every change is a new row: an update closes the current version's validity interval
 and opens the next, a delete closes the last one. Nothing is physically destroyed,
-so history and lineage survive. Search uses SQLite's FTS5 (BM25 ranking, fixed
-k1 = 1.2 and b = 0.75) over an index that holds exactly the current versions: each
-add, update and delete changes only the rows it touches, so the index is correct
-after every operation without a rebuild.
+so history and lineage survive.
+
+Search ranks with an in-memory BM25 index per namespace (:mod:`memtap.adapters.bm25`,
+rank_bm25's BM25Okapi scores, statistics of that namespace alone), built on the first
+search of the namespace from its current rows and then kept in step by this backend's
+own add, update and delete. Other processes may write the same file; every write
+transaction bumps the namespace's row of ``builtin_generation``, so a search that reads
+another value than the one its index was built at rebuilds the index. The FTS5 table
+``builtin_memory_fts`` stays the file's durable full-text index (for sqlite3 and
+Datasette users): it holds exactly the current versions, each write changing only the
+rows it touches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
 import sqlite3
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from memtap.adapters.base import BackendResult, StoredMemory, StoredVersion
+from memtap.adapters.bm25 import NamespaceIndexes, tokenize
 from memtap.errors import BackendError, ItemNotFound
 from memtap.ids import new_id
 from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Provenance, utc_now
@@ -60,16 +69,24 @@ def m001_create_builtin_memory(db: Database) -> None:
     )
 
 
-_TOKEN = re.compile(r"\w+", re.UNICODE)
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens, as the search index sees them."""
-    return _TOKEN.findall(text.lower())
+@MIGRATIONS()
+def m002_create_generation(db: Database) -> None:
+    db.execute(
+        """
+        CREATE TABLE builtin_generation (
+            -- bumped by every write of the builtin backend to the namespace; a process whose
+            -- in-memory search index was built at another value rebuilds it
+            namespace TEXT PRIMARY KEY,
+            value INTEGER NOT NULL
+        )
+        """
+    )
 
 
 def fts_query(text: str) -> str | None:
-    """An FTS5 query matching any token of ``text`` (BM25 ranks the matches)."""
+    """An FTS5 query for ``builtin_memory_fts`` matching any token of ``text``, or None if it has none.
+
+    Search itself ranks in memory; this is for reading the FTS5 table directly."""
     tokens = dict.fromkeys(tokenize(text))
     return " OR ".join(f'"{token}"' for token in tokens) or None
 
@@ -96,7 +113,6 @@ _COLUMN_NAMES = (
     "valid_to",
 )
 _COLUMNS = ", ".join(_COLUMN_NAMES)
-_M_COLUMNS = ", ".join("m." + name for name in _COLUMN_NAMES)
 
 
 class BuiltinBackend:
@@ -108,8 +124,10 @@ class BuiltinBackend:
         self.path = Path(path)
         self.db = open_database(self.path, MIGRATIONS)
         self.conn = self.db.conn
+        self._indexes: NamespaceIndexes[int] = NamespaceIndexes()  # keyed by version_id
 
     async def close(self) -> None:
+        self._indexes.clear()
         self.conn.close()
 
     # -- helpers -------------------------------------------------------------------------
@@ -137,6 +155,15 @@ class BuiltinBackend:
             raise BackendError(describe_sqlite_error(self.path, exc)) from exc
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def _versions(self, version_ids: list[int]) -> dict[int, dict[str, Any]]:
+        if not version_ids:
+            return {}
+        marks = ", ".join("?" * len(version_ids))
+        rows = self._rows(
+            f"SELECT {_COLUMNS} FROM builtin_memory WHERE version_id IN ({marks})", tuple(version_ids)
+        )
+        return {row["version_id"]: row for row in rows}
 
     @staticmethod
     def _memory(row: dict[str, Any]) -> StoredMemory:
@@ -201,6 +228,40 @@ class BuiltinBackend:
     def _write(self) -> Any:
         return immediate_transaction(self.db)
 
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction: every statement inside sees the same state of the file."""
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def _bump_generation(self, namespace: str) -> int:
+        """Count a write to ``namespace`` (inside its transaction); the new generation."""
+        rows = self.conn.execute(
+            "INSERT INTO builtin_generation (namespace, value) VALUES (?, 1)"
+            " ON CONFLICT (namespace) DO UPDATE SET value = value + 1 RETURNING value",
+            (namespace,),
+        ).fetchall()
+        return int(rows[0][0])
+
+    def _generation(self, namespace: str) -> int:
+        row = self.conn.execute(
+            "SELECT value FROM builtin_generation WHERE namespace = ?", (namespace,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _current_contents(self, namespace: str) -> Iterator[tuple[int, str]]:
+        yield from self.conn.execute(
+            "SELECT version_id, content FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL"
+            " ORDER BY version_id",
+            (namespace,),
+        )
+
     # -- the protocol ----------------------------------------------------------------------
 
     async def add(
@@ -216,9 +277,13 @@ class BuiltinBackend:
         at = utc_now().isoformat()
         try:
             with self._write():
-                self._insert_version(item_id, namespace, 1, content, metadata or {}, tags, provenance, at, at)
+                version_id = self._insert_version(
+                    item_id, namespace, 1, content, metadata or {}, tags, provenance, at, at
+                )
+                generation = self._bump_generation(namespace)
         except sqlite3.Error as exc:
             raise BackendError(describe_sqlite_error(self.path, exc)) from exc
+        self._indexes.committed(namespace, generation, added=(version_id, content))
         stored = StoredMemory(
             id=item_id,
             namespace=namespace,
@@ -235,20 +300,22 @@ class BuiltinBackend:
         return BackendResult(stored.model_dump(mode="json", exclude_none=True), [effect])
 
     async def search(self, namespace: str, query: str, *, limit: int = 10) -> BackendResult:
-        match = fts_query(query)
-        if match is None or limit <= 0:
+        tokens = list(dict.fromkeys(tokenize(query)))  # each distinct word weighs once
+        if not tokens or limit <= 0:
             return BackendResult({"results": []})
-        rows = self._rows(
-            f"SELECT {_M_COLUMNS}, bm25(builtin_memory_fts) AS bm25"
-            " FROM builtin_memory_fts JOIN builtin_memory m ON m.version_id = builtin_memory_fts.rowid"
-            " WHERE builtin_memory_fts MATCH ? AND builtin_memory_fts.namespace = ?"
-            " ORDER BY bm25, m.version_id LIMIT ?",
-            (match, namespace, limit),
-        )
+        try:
+            with self._snapshot():
+                index = self._indexes.get(
+                    namespace, self._generation(namespace), lambda: self._current_contents(namespace)
+                )
+                hits = index.search(tokens, limit)
+                row_of = self._versions([version_id for version_id, _ in hits])
+        except sqlite3.Error as exc:
+            raise BackendError(describe_sqlite_error(self.path, exc)) from exc
         results, effects = [], []
-        for rank, row in enumerate(rows, start=1):
-            memory = self._memory(row)
-            memory.score = round(-float(row["bm25"]), 6)
+        for rank, (version_id, score) in enumerate(hits, start=1):
+            memory = self._memory(row_of[version_id])
+            memory.score = round(score, 6)
             memory.rank = rank
             results.append(memory.model_dump(mode="json", exclude_none=True))
             effects.append(
@@ -299,7 +366,7 @@ class BuiltinBackend:
                 new_metadata = json.loads(row["metadata"]) if metadata is None else metadata
                 new_tags = old_tags if tags is None else tags
                 self._close_version(row, at, "update")
-                self._insert_version(
+                version_id = self._insert_version(
                     item_id,
                     namespace,
                     row["version"] + 1,
@@ -310,8 +377,12 @@ class BuiltinBackend:
                     at,
                     row["created_at"],
                 )
+                generation = self._bump_generation(namespace)
         except sqlite3.Error as exc:
             raise BackendError(describe_sqlite_error(self.path, exc)) from exc
+        self._indexes.committed(
+            namespace, generation, removed=row["version_id"], added=(version_id, new_content)
+        )
         current = self._current(namespace, item_id)
         effect = MemoryEffect(
             kind=EffectKind.UPDATE,
@@ -333,8 +404,10 @@ class BuiltinBackend:
             with self._write():
                 row = self._current(namespace, item_id)
                 self._close_version(row, at, "delete")
+                generation = self._bump_generation(namespace)
         except sqlite3.Error as exc:
             raise BackendError(describe_sqlite_error(self.path, exc)) from exc
+        self._indexes.committed(namespace, generation, removed=row["version_id"])
         tags = _tags_of(row)
         effect = MemoryEffect(
             kind=EffectKind.DELETE,
