@@ -1,0 +1,1 @@
+"""Suites: the schema, importers of published benchmarks, generators, and replay."""
