@@ -278,3 +278,22 @@ def test_blank_database_has_the_run_tables() -> None:
         "sessions_done",
     } <= set(columns["run_episodes"])
     assert {"probe_id", "requester", "answer", "retrieved", "latency_ms"} <= set(columns["run_probes"])
+
+
+def test_generated_56_episode_paradigms_suite_replays_end_to_end_on_builtin(tmp_path: Path) -> None:
+    """The acceptance run: the 56-episode suite, every memory event with run, episode, session, turn."""
+    suite_path = tmp_path / "paradigms56.jsonl"
+    write_suite(generate("paradigms", seed=7, episodes=56), suite_path)
+    episodes = load_suite(suite_path).episodes
+    db = tmp_path / "trace.db"
+    result = replay(str(suite_path), "--target", "builtin", "--db", str(db), "--run", "p56", "--workers", "4",
+                    "--reader", "none")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert (summary["episodes_done"], summary["episodes_failed"]) == (56, 0)
+    assert summary["sessions"] == sum(len(e.sessions) for e in episodes)
+    assert summary["memory_events"] == sum(e.turn_count() + len(e.probes) for e in episodes)
+    assert summary["memory_events_without_context"] == 0
+    assert played_sessions(db, "p56") == Counter(
+        {(e.episode_id, s.session_id): 1 for e in episodes for s in e.sessions}
+    )

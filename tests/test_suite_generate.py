@@ -45,7 +45,7 @@ def test_paradigms_suite_of_56_is_balanced_split_typed_and_defeats_shortcuts() -
     assert set(stats["probes_by_type"]) == {"current_value", "previous_value", "change_detection", "source",
                                             "conflict_value", "temporal"}  # fmt: skip
     split = [e for e in episodes if e.split_perturbation]
-    assert Counter(e.expected_behavior for e in split) == {"update": 8, "preserve": 8}
+    assert Counter(e.expected_behavior for e in split) == {"update": 9, "preserve": 9}
     assert {e.paradigm for e in split} == set(stats["paradigms"])
     base = stats["shortcut_baselines"]
     assert base["episodes"] == 56 and base["probes"] == 112

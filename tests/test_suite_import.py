@@ -354,3 +354,58 @@ def test_import_cli_reports_a_missing_file_and_unknown_kind_in_one_line(tmp_path
     )
     unknown = runner.invoke(cli, ["suite", "import", "babi", "x", "-o", "y"])
     assert unknown.exit_code == 2 and "'babi' is not one of" in unknown.output
+
+
+def memprobe_record(episode_id: str, behaviour: str) -> dict[str, Any]:
+    """A minimal MemProbe episode in the published layout (split perturbation, a tool turn)."""
+
+    def session(idx: int, kind: str, lines: list[tuple[str, str]]) -> dict[str, Any]:
+        return {"session_type": kind, "session_idx": idx, "phase": kind.split("_")[0],
+                "dialogue": [{"role": r, "content": c} for r, c in lines], "metadata": {}}  # fmt: skip
+
+    updated = behaviour == "should_update"
+    gold: dict[str, Any] = {"current_value": "5 retries" if updated else "3 retries", "original_value": "3 retries",
+                            "previous_value": "3 retries" if updated else None, "has_changed": updated,
+                            "source_of_change": "user explicitly stated the change" if updated else None}  # fmt: skip
+    if not updated:
+        gold["conflict_gold"] = {"conflict_value": "5 retries", "source": "stale_tool", "status": "stale",
+                                 "applies_to_target": False}  # fmt: skip
+    return {
+        "episode_id": episode_id, "group_id": "GRP-1", "paradigm": "reconsolidation",
+        "condition": "direct" if updated else "direct_weak", "expected_behavior": behaviour,
+        "latent_spec": {"gold": gold, "canonical_initial": "3 retries", "canonical_new": "5 retries",
+                        "initial_value": "the client uses 3 retries", "domain": "agentic",
+                        "split_perturbation": {"p1_hint": "reason first"}},
+        "sessions": [
+            session(0, "encoding", [("user", "The client uses 3 retries."), ("assistant", "Noted.")]),
+            session(2, "perturbation_p2", [("user", "It is 5 retries now."), ("tool_output", "retry_count: 5")]),
+            session(1, "perturbation_p1", [("user", "The old retry setting is stale; timeouts.")]),
+            session(3, "filler_near_miss", [("user", "Unrelated question about logs.")]),
+        ],
+        "probes": [
+            {"probe_type": "current_value", "question": "What is the retry count?",
+             "expected_behavior": behaviour, "gold_answer": gold["current_value"]},
+            {"probe_type": "conflict_value" if not updated else "previous_value",
+             "question": "And the other value?", "expected_behavior": behaviour, "gold_answer": "3 retries"},
+        ],
+        "metadata": {"split_perturbation": True, "validation_status": "passed"},
+    }  # fmt: skip
+
+
+def test_memprobe_documented_layout_imports_without_the_shared_data(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.jsonl"
+    path.write_text("".join(json.dumps(memprobe_record(e, b)) + "\n"
+                            for e, b in (("E-1A", "should_update"), ("E-1B", "should_preserve"))))  # fmt: skip
+    update, preserve = import_file("memprobe", path).episodes
+    assert [s.session_id for s in update.sessions] == ["s0", "s1", "s2", "s3"]  # sorted by session_idx
+    assert [s.phase for s in update.sessions] == ["encoding", "perturbation_p1", "perturbation_p2", "post"]
+    assert update.split_perturbation and update.metadata["split_hints"] == {"p1_hint": "reason first"}
+    assert (update.gold_memory["fact@v0"].invalidated_in, update.gold_memory["fact@v1"].created_in) == (
+        "s1",
+        "s2",
+    )
+    assert update.sessions[2].turns[1].role == "tool" and update.sessions[2].turns[1].speaker == "tool"
+    assert update.probes[0].evidence_turns == ["s2-t0"]
+    conflict = preserve.probes[1].gold.fields.conflict
+    assert conflict is not None and (conflict.source, conflict.status) == ("stale_record", "stale")
+    assert "fact@v1" not in preserve.gold_memory and preserve.expected_behavior == "preserve"

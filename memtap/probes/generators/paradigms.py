@@ -12,8 +12,8 @@ Conditions (update / preserve): interference — authoritative_update / decoy_no
 misinformation — user_explicit / assistant_noise, third_party_noise, stale_tool;
 consolidation — high, low / high_weak_challenge, low_weak_challenge (high has four encoding
 sessions, low one); reconsolidation — reactivated, direct / reactivated_weak, direct_weak
-(reactivated perturbations first recall the old value). One pair in three, in every paradigm
-alike, has a split perturbation: the trigger and reason in ``perturbation_p1``, the value in
+(reactivated perturbations first recall the old value). Every third pair (so every paradigm
+has some) has a split perturbation: the trigger and reason in ``perturbation_p1``, the value in
 ``perturbation_p2``, with a filler between them.
 """
 
@@ -56,7 +56,7 @@ class _Pair:
         self.user = f"user-{index:03d}"
         self.friend = rng.choice(NAMES)
         self.trigger, self.reason = rng.choice(self.domain.reasons)
-        self.split = (index // len(PARADIGMS)) % 3 == 2  # a third of the pairs, every paradigm alike
+        self.split = index % 3 == 2  # every third pair; paradigms take turns, so all get split pairs
         self.clock = datetime(2026, 1, 5, 9, tzinfo=UTC) + timedelta(days=rng.randrange(240))
 
     def tick(self) -> datetime:
