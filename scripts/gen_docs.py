@@ -60,7 +60,8 @@ TABLE_NOTES = {
     "runs": (
         "One row per replay run (`memtap replay`): the suite's path and sha256, the target, its config and "
         "reader, the versions of memtap and its protocol libraries, start and end, `status` (`running`, "
-        "`completed`, `interrupted`) and, when it ends, a JSON `summary`; `resumed` counts `--resume`s."
+        "`completed`, `interrupted`, `failed`: the target could not start) and, when it ends, a JSON "
+        "`summary`; `resumed` counts `--resume`s."
     ),
     "run_episodes": (
         "One row per attempt at an episode in a run, with the fresh `namespace` it was played in, its "

@@ -216,6 +216,7 @@ def test_replay_refuses_a_server_writing_to_another_database(
     )
     assert result.exit_code == 2
     assert f"writes to {tmp_path / 'theirs.db'}, not to {tmp_path / 'mine.db'}" in result.output
+    assert rows(tmp_path / "mine.db", "SELECT status FROM runs") == [("failed",)]
 
 
 def test_resume_refuses_an_unknown_run_a_changed_suite_and_another_target(tmp_path: Path) -> None:

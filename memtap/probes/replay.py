@@ -7,7 +7,8 @@ by its requester once every session before its time has been played; the reader'
 stored with what was retrieved. Episodes run in parallel on ``workers`` tasks.
 
 A target that fails marks that episode ``failed`` with the error and the run goes on. Ctrl-C
-(cancellation) marks the episodes in flight ``interrupted`` and the run ``interrupted``; a
+(cancellation) marks the episodes in flight ``interrupted`` and the run ``interrupted`` (a
+target that cannot start marks it ``failed``); a
 resumed run skips ``done`` episodes and plays every other one again as a new attempt in a new
 namespace, so the final trace holds each session exactly once (see ``runs.py``).
 """
@@ -243,6 +244,9 @@ async def replay_suite(
             for _ in range(max(1, min(plan.workers, len(todo)))):
                 tg.start_soon(player.worker, todo)
         status = "completed"
+    except Exception:  # the target could not start, or the run's own bookkeeping failed
+        status = "failed"
+        raise
     finally:
         with anyio.move_on_after(120, shield=True):
             progress.render(end="\n")
