@@ -13,8 +13,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
+# The main job: generate a small paradigms + permission suite, replay it on the embedded backend
+# through memtap's MCP front door, and say where the run is stored.
 demo: $(STAMP)
-	$(BIN)/memtap demo --db .demo/memtap-demo.db
+	@mkdir -p .demo
+	$(BIN)/memtap suite gen paradigms --seed 7 --episodes 8 -o .demo/suite-paradigms.jsonl
+	$(BIN)/memtap suite gen permission --seed 7 --episodes 2 -o .demo/suite-permission.jsonl
+	cat .demo/suite-paradigms.jsonl .demo/suite-permission.jsonl > .demo/suite.jsonl
+	$(BIN)/memtap suite stats .demo/suite.jsonl
+	$(BIN)/memtap replay .demo/suite.jsonl --target builtin --workers 2 --db .demo/replay.db
 
 lint: $(STAMP)
 	$(BIN)/ruff check memtap tests benchmarks scripts
@@ -31,6 +38,7 @@ test: lint typecheck pytest
 bench: $(STAMP)
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/search_scaling.py
+	$(BIN)/python benchmarks/replay_throughput.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -57,6 +57,25 @@ TABLE_NOTES = {
         "One row per version of an item, with its validity interval and the event that made it "
         "(`op` is the effect kind that opened the version)."
     ),
+    "runs": (
+        "One row per replay run (`memtap replay`): the suite's path and sha256, the target, its config and "
+        "reader, the versions of memtap and its protocol libraries, start and end, `status` (`running`, "
+        "`completed`, `interrupted`, `failed`: the target could not start) and, when it ends, a JSON "
+        "`summary`; `resumed` counts `--resume`s."
+    ),
+    "run_episodes": (
+        "One row per attempt at an episode in a run, with the fresh `namespace` it was played in, its "
+        "`status` (`running`, `done`, `failed`, `interrupted`), the error, sessions, turns and probes done, "
+        "and `timings` (JSON). A run's trace is the events in the namespaces of its `done` attempts."
+    ),
+    "run_probes": (
+        "The answer to each probe in each attempt: requester, the reader's `answer` (JSON in the probe "
+        "type's shape; NULL with `--reader none`), the ranked ids of the memories `retrieved`, and latency."
+    ),
+    "suite_episodes": (
+        "The episodes of every suite a run replayed, keyed by the suite file's sha256 (written once), so "
+        "a run can be scored from this database alone."
+    ),
     "builtin_memory": (
         "The embedded memory backend's own store (not part of the trace): one row per version of "
         "a memory. The current version of an item is the row with `valid_to IS NULL`; `closed_by` "

@@ -125,4 +125,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     # round trip on every call for clients that follow it, and an error for those that do not.
     mcp_endpoint = PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
     app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"]))
+    from memtap.proxy.replay_clock import mount_replay_clock  # imports this module: import it here
+
+    mount_replay_clock(app, runtime.service, settings.api_keys)
     return app

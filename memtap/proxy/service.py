@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memtap.adapters.base import BackendResult, MemoryBackend
 from memtap.errors import AccessDenied, ContentTooLarge, MemtapError, UnknownTool
@@ -32,6 +32,9 @@ from memtap.proxy.tools import (
 from memtap.trace.calls import CallRecord, recorded_call
 from memtap.trace.models import AccessTags, Context, Op, Provenance
 from memtap.trace.writer import Recorder
+
+if TYPE_CHECKING:
+    from memtap.proxy.replay_clock import ReplayClock
 
 __all__ = ["DEFAULT_MAX_CONTENT_BYTES", "MemoryService", "ToolOutcome"]
 
@@ -64,6 +67,7 @@ class MemoryService:
         self.recorder = recorder
         self.gate = gate
         self.max_content_bytes = max_content_bytes
+        self.clock: ReplayClock | None = None  # set by the app: a replay's marked turn for calls without one
 
     async def call_tool(
         self,
@@ -94,6 +98,8 @@ class MemoryService:
             call.context = context = build_context(
                 principal=principal, client=client, layers=(*layers, explicit)
             )
+            if self.clock is not None:
+                call.context = context = self.clock.attribute(context)
             self._check_content(args)
             call.query = args.query if isinstance(args, SearchArgs) else None
             call.start_backend()

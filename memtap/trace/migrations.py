@@ -119,3 +119,83 @@ def m002_create_items(db: Database) -> None:
         )
         """
     )
+
+
+@MIGRATIONS()
+def m004_create_runs(db: Database) -> None:
+    """Replay runs: one row per run, per episode attempt, and per probe answer; and the suite's
+    episodes themselves (content-addressed by the suite's sha256), so a run can be scored from
+    this database alone. (Numbered 004: 003 is taken by the chat proxy's columns.)"""
+    db.execute(
+        """
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            suite_path TEXT NOT NULL,
+            suite_sha256 TEXT NOT NULL,
+            episodes_total INTEGER NOT NULL,
+            target TEXT NOT NULL,
+            config TEXT NOT NULL,
+            reader TEXT NOT NULL,
+            versions TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            status TEXT NOT NULL,
+            resumed INTEGER NOT NULL DEFAULT 0,
+            summary TEXT
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE run_episodes (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            episode_id TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            namespace TEXT NOT NULL,
+            status TEXT NOT NULL,
+            error TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            duration_ms REAL,
+            sessions_total INTEGER NOT NULL,
+            sessions_done INTEGER NOT NULL DEFAULT 0,
+            turns_done INTEGER NOT NULL DEFAULT 0,
+            probes_done INTEGER NOT NULL DEFAULT 0,
+            timings TEXT,
+            PRIMARY KEY (run_id, episode_id, attempt)
+        )
+        """
+    )
+    db.execute("CREATE INDEX run_episodes_status ON run_episodes(run_id, status)")
+    db.execute(
+        """
+        CREATE TABLE run_probes (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            episode_id TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            probe_id TEXT NOT NULL,
+            probe_type TEXT NOT NULL,
+            requester TEXT,
+            status TEXT NOT NULL,
+            error TEXT,
+            answer TEXT,
+            retrieved TEXT NOT NULL,
+            retrieve_ms REAL,
+            reader_ms REAL,
+            latency_ms REAL,
+            answered_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, episode_id, attempt, probe_id)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE suite_episodes (
+            suite_sha256 TEXT NOT NULL,
+            episode_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            episode TEXT NOT NULL,
+            PRIMARY KEY (suite_sha256, episode_id)
+        )
+        """
+    )

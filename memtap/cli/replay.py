@@ -1,0 +1,168 @@
+"""``memtap replay``: play a suite through a target's front doors and record the run."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from memtap.cli.options import db_option, json_option, resolve_db
+
+__all__ = ["replay"]
+
+
+def _new_run_id() -> str:
+    return f"run-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def _plan(
+    store: Any,
+    suite: Any,
+    target: str,
+    reader: str,
+    run: str | None,
+    resume: str | None,
+    config: dict[str, Any],
+) -> Any:
+    """A new run, or the rest of one being resumed: the episodes still to play and their attempts."""
+    from memtap.probes.errors import ReplayError
+    from memtap.probes.replay import ReplayPlan
+
+    if resume is None:
+        run_id = run or _new_run_id()
+        store.create_run(
+            run_id,
+            suite_path=suite.path,
+            suite_sha256=suite.sha256,
+            episodes=suite.episodes,
+            target=target,
+            config=config,
+            reader=reader,
+        )
+        return ReplayPlan(run_id, list(suite.episodes), {}, config["workers"], config["top_k"])
+    if run is not None and run != resume:
+        raise ReplayError(f"--run {run} and --resume {resume} name different runs")
+    found = store.get_run(resume)
+    if found is None:
+        raise ReplayError(f"no run {resume!r} in {store.path}")
+    if found["suite_sha256"] != suite.sha256:
+        raise ReplayError(
+            f"run {resume} replayed a different suite (sha256 {found['suite_sha256'][:12]}, this file is "
+            f"{suite.sha256[:12]}); resume it with the suite it started with ({found['suite_path']})"
+        )
+    if found["target"] != target:
+        raise ReplayError(f"run {resume} played --target {found['target']}, not {target}")
+    latest = store.last_attempts(resume)
+    todo = [e for e in suite.episodes if latest.get(e.episode_id, {}).get("status") != "done"]
+    store.reopen_run(resume)
+    attempts = {episode_id: row["attempt"] for episode_id, row in latest.items()}
+    return ReplayPlan(resume, todo, attempts, config["workers"], config["top_k"])
+
+
+def _report(summary: dict[str, Any], db: Path) -> None:
+    run = summary["run"]
+    click.echo(
+        f"run {run} {summary['status']}: {summary['episodes_done']} episodes done, "
+        f"{summary['episodes_failed']} failed, {summary['episodes_unfinished']} unfinished; "
+        f"{summary['sessions']} sessions, {summary['turns']} turns, {summary['probes']} probes answered "
+        f"({summary['sessions_played']} sessions played in {summary['wall_s']:.1f} s, "
+        f"{summary['sessions_per_s']} sessions/s)"
+    )
+    for error, count in summary["failures"].items():
+        click.echo(f"  failed ({count}): {error}")
+    click.echo(
+        f"memory events recorded: {summary['memory_events']} "
+        f"({summary['memory_events_without_context']} without run, episode, session and turn)"
+    )
+    click.echo(
+        f"stored in {db}: tables runs, run_episodes, run_probes and suite_episodes; its trace is the events "
+        f"with run_id = '{run}' (memtap trace list --run {run} --db {db})"
+    )
+
+
+@click.command()
+@click.argument("suite_file", metavar="SUITE", type=click.Path(path_type=Path))
+@click.option(
+    "--target", required=True, help="builtin (the embedded backend); mcp:CONFIG[:NAME] and openai:URL."
+)
+@click.option("--run", "run", metavar="NAME", help="Name of the run (default: run-DATE-TIME-XXXX).")
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Episodes in parallel."
+)
+@click.option(
+    "--reader",
+    default="extractive",
+    show_default=True,
+    metavar="MODEL|extractive|none",
+    help="Who answers probes from the retrieved memories: the extractive baseline, none, or an LLM.",
+)
+@click.option(
+    "--resume", metavar="RUN", help="Finish this run: skip its done episodes, replay the rest afresh."
+)
+@db_option
+@click.option("--server", "server", metavar="URL", help="Use this running memtap serve (its /mcp URL).")
+@click.option(
+    "--top-k", type=click.IntRange(1, 100), default=5, show_default=True, help="Memories per probe."
+)
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
+)
+@json_option
+def replay(
+    suite_file: Path,
+    target: str,
+    run: str | None,
+    workers: int,
+    reader: str,
+    resume: str | None,
+    db: Path | None,
+    server: str | None,
+    top_k: int,
+    progress: bool | None,
+    as_json: bool,
+) -> None:
+    """Replay a suite through a target, episode by episode, recording everything in --db.
+
+    Each episode gets a fresh namespace; its sessions are played in time order, every turn
+    through the target's front door with its context, and its probes are asked by their
+    requesters. A suite that does not validate is refused before anything is replayed.
+    Ctrl-C leaves a run that --resume finishes."""
+    import anyio
+
+    from memtap.probes.readers import make_reader
+    from memtap.probes.replay import replay_suite
+    from memtap.probes.runs import RunStore
+    from memtap.probes.suitefile import load_suite
+    from memtap.probes.targets import make_target
+
+    suite = load_suite(suite_file)
+    answerer = make_reader(reader)
+    path = resolve_db(db)
+    the_target = make_target(target, db=path, server_url=server)
+    store = RunStore(path)
+    try:
+        config = {"workers": workers, "top_k": top_k, "server": server, "reader": reader}
+        plan = _plan(store, suite, target, reader, run, resume, config)
+        show = sys.stderr.isatty() if progress is None else progress
+        try:
+            summary = anyio.run(
+                lambda: replay_suite(suite, plan, the_target, store, answerer, show_progress=show)
+            )
+        except KeyboardInterrupt:
+            click.echo(
+                f"\nmemtap: replay interrupted; finish it with: memtap replay {suite_file} --target {target} "
+                f"--resume {plan.run_id} --db {path}",
+                err=True,
+            )
+            sys.exit(130)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        _report(summary, path)

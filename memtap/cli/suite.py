@@ -1,0 +1,144 @@
+"""``memtap suite``: validate, describe, import and generate benchmark suites."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from memtap.cli.options import json_option
+
+__all__ = ["suite"]
+
+IMPORT_KINDS = ("memprobe", "dyadmem", "locomo", "longmemeval", "memarena")
+GEN_KINDS = ("paradigms", "permission", "abstention", "lifecycle")
+
+_output = click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    metavar="OUT",
+    help="Where the suite goes (JSON Lines); '-' writes to standard output.",
+)
+
+
+def _write(episodes: list[Any], output: str) -> None:
+    from memtap.probes.suitefile import write_suite
+
+    if output == "-":
+        write_suite(episodes, sys.stdout)
+    else:
+        write_suite(episodes, Path(output))
+
+
+def _summary(episodes: list[Any], output: str) -> None:
+    from memtap.probes.stats import suite_stats
+
+    stats = suite_stats(episodes)
+    where = "standard output" if output == "-" else output
+    types = ", ".join(f"{k} {v}" for k, v in sorted(stats["probes_by_type"].items()))
+    click.echo(
+        f"wrote {stats['episodes']} episodes, {stats['sessions']} sessions, {stats['turns']} turns and "
+        f"{stats['probes']} probes ({types}) to {where}",
+        err=output == "-",
+    )
+
+
+@click.group()
+def suite() -> None:
+    """Suites of benchmark episodes (format memtap-suite/1): validate, describe, import, generate."""
+
+
+@suite.command()
+@click.argument("file", type=click.Path(path_type=Path))
+def validate(file: Path) -> None:
+    """Check a suite against the format; list every problem with its file, line, episode and field."""
+    from memtap.probes.suitefile import load_suite
+
+    loaded = load_suite(file)
+    click.echo(
+        f"{file}: valid memtap-suite/1 suite, {len(loaded.episodes)} episodes (sha256 {loaded.sha256[:12]})"
+    )
+
+
+@suite.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@json_option
+def stats(file: Path, as_json: bool) -> None:
+    """Episodes, sessions, turns, tokens, paradigms, probes by type, update/preserve balance,
+    split episodes, and what shortcut answer policies would score."""
+    from memtap.probes.stats import render_stats, suite_stats
+    from memtap.probes.suitefile import load_suite
+
+    loaded = load_suite(file)
+    result = suite_stats(loaded.episodes)
+    if as_json:
+        click.echo(json.dumps({"file": str(file), "sha256": loaded.sha256, **result}))
+    else:
+        click.echo(render_stats(result))
+
+
+@suite.command("import")
+@click.argument("kind", type=click.Choice(IMPORT_KINDS))
+@click.argument("file", type=click.Path(path_type=Path))
+@_output
+@click.option(
+    "--skip-malformed",
+    is_flag=True,
+    help="Leave out records that cannot be converted (each is still reported) instead of failing.",
+)
+def import_(kind: str, file: Path, output: str, skip_malformed: bool) -> None:
+    """Convert a published benchmark's file (MemArena: its release folder) into a suite.
+
+    KIND is memprobe (episodes.jsonl), dyadmem, locomo (locomo10.json), longmemeval, or
+    memarena. The result is validated before it is written."""
+    from memtap.probes.importers import import_file
+
+    result = import_file(kind, file, skip_malformed=skip_malformed)
+    for problem in result.skipped:
+        click.echo(f"memtap: skipped: {problem}", err=True)
+    _write(result.episodes, output)
+    _summary(result.episodes, output)
+
+
+@suite.command()
+@click.argument("kind", type=click.Choice(GEN_KINDS))
+@click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same suite.")
+@click.option(
+    "--episodes", type=click.IntRange(min=1), default=8, show_default=True, help="How many episodes."
+)
+@_output
+@click.option(
+    "--paraphrase",
+    "paraphrase",
+    metavar="MODEL",
+    help="Rewrite surface wording through this configured chat model, keeping every gold value verbatim.",
+)
+def gen(kind: str, seed: int, episodes: int, output: str, paraphrase: str | None) -> None:
+    """Generate a suite deterministically from a seed, without an LLM.
+
+    KIND is paradigms (the four MemProbe paradigms, matched update/preserve pairs),
+    permission (multi-party ALLOW/DENY), abstention (fabricated premises and grounded foils)
+    or lifecycle (DyadMem-style capture and update gold)."""
+    from memtap.probes.generators import generate
+    from memtap.probes.suitefile import check_episodes
+
+    made = generate(kind, seed=seed, episodes=episodes)
+    if paraphrase is not None:
+        from memtap.probes.generators.paraphrase import paraphrase_suite
+
+        made = paraphrase_suite(made, model=paraphrase)
+    from memtap.probes.errors import SuiteInvalid
+    from memtap.probes.suitefile import dump_episode
+
+    _, _, problems = check_episodes(
+        (f"generated[{i}]", json.loads(dump_episode(e))) for i, e in enumerate(made)
+    )
+    if problems:  # a generator bug, never the user's input: refuse to write a suite that would not load
+        raise SuiteInvalid(f"the {kind} generator (seed {seed})", problems)
+    _write(made, output)
+    _summary(made, output)

@@ -1,0 +1,276 @@
+"""The replay driver: play a suite's episodes through a target, record the run, resume it.
+
+Per episode (MemProbe's protocol): a fresh namespace (``RUN/EPISODE/ATTEMPT``); sessions in
+time order, every turn marked on the replay clock and sent through the target's front door
+with its context (run, episode, session, turn, role, speaker, access tags); each probe asked
+by its requester once every session before its time has been played; the reader's answer
+stored with what was retrieved. Episodes run in parallel on ``workers`` tasks.
+
+A target that fails marks that episode ``failed`` with the error and the run goes on. Ctrl-C
+(cancellation) marks the episodes in flight ``interrupted`` and the run ``interrupted`` (a
+target that cannot start marks it ``failed``); a
+resumed run skips ``done`` episodes and plays every other one again as a new attempt in a new
+namespace, so the final trace holds each session exactly once (see ``runs.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import anyio
+
+from memtap.probes.readers import Reader
+from memtap.probes.runs import RunStore
+from memtap.probes.schema import Episode, Probe, Session
+from memtap.probes.suitefile import Suite
+from memtap.probes.targets.base import EpisodeScope, ProbeCall, Target, TurnCall
+
+__all__ = ["Progress", "ReplayPlan", "describe_error", "episode_namespace", "replay_suite"]
+
+
+def episode_namespace(run_id: str, episode_id: str, attempt: int) -> str:
+    return f"{run_id}/{episode_id}/{attempt}"
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an error, looking inside exception groups for the first real cause."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass
+class Progress:
+    """Episodes, sessions and probes done, on one self-rewriting line (only on a terminal)."""
+
+    episodes: int
+    sessions: int
+    probes: int
+    out: TextIO | None = None
+    done: dict[str, int] = field(
+        default_factory=lambda: {"episodes": 0, "failed": 0, "sessions": 0, "probes": 0}
+    )
+    _last: float = 0.0
+
+    def add(self, what: str, n: int = 1) -> None:
+        self.done[what] += n
+        now = time.monotonic()
+        if self.out is not None and now - self._last >= 0.1:
+            self._last = now
+            self.render()
+
+    def render(self, end: str = "") -> None:
+        if self.out is None:
+            return
+        d = self.done
+        failed = f" ({d['failed']} failed)" if d["failed"] else ""
+        self.out.write(
+            f"\rreplay: episodes {d['episodes']}/{self.episodes}{failed} · sessions {d['sessions']}/"
+            f"{self.sessions} · probes {d['probes']}/{self.probes}{end}"
+        )
+        self.out.flush()
+
+
+@dataclass
+class ReplayPlan:
+    run_id: str
+    episodes: list[Episode]
+    attempts: dict[str, int]  # attempts already made per episode (0 for new)
+    workers: int = 1
+    limit: int = 5
+
+
+def _turn_calls(episode: Episode, session: Session) -> list[TurnCall]:
+    access = session.access
+    allow = list(dict.fromkeys([*access.allow, episode.owner()]))
+    tags = {
+        "visibility": access.visibility,
+        "participants": session.participants,
+        "allow": allow,
+        "deny": access.deny,
+        "sensitivity": access.sensitivity,
+    }
+    return [
+        TurnCall(
+            session=session.session_id,
+            turn=turn.turn_id,
+            role=turn.role,
+            speaker=turn.speaker,
+            content=turn.content,
+            time=(turn.time or session.time).isoformat(),
+            phase=session.phase,
+            access={k: v for k, v in tags.items() if v is not None},
+        )
+        for turn in session.turns
+    ]
+
+
+class _Player:
+    def __init__(self, plan: ReplayPlan, target: Target, store: RunStore, reader: Reader, progress: Progress):
+        self.plan, self.target, self.store, self.reader, self.progress = plan, target, store, reader, progress
+
+    async def worker(self, queue: list[Episode]) -> None:
+        while queue:
+            await self.play(queue.pop(0))
+
+    async def play(self, episode: Episode) -> None:
+        run = self.plan.run_id
+        attempt = self.plan.attempts.get(episode.episode_id, 0) + 1
+        scope = EpisodeScope(
+            run,
+            episode.episode_id,
+            attempt,
+            episode_namespace(run, episode.episode_id, attempt),
+            episode.owner(),
+        )
+        self.store.start_episode(run, episode.episode_id, attempt, scope.namespace, len(episode.sessions))
+        started = time.perf_counter()
+        timings = {"ingest_ms": 0.0, "probe_ms": 0.0}
+        try:
+            await self._open_play_close(episode, scope, timings)
+        except anyio.get_cancelled_exc_class():
+            self._finish(scope, "interrupted", started, timings, "interrupted")
+            raise
+        except Exception as exc:
+            self._finish(scope, "failed", started, timings, describe_error(exc))
+            self.progress.add("failed")
+            return
+        self._finish(scope, "done", started, timings, None)
+        self.progress.add("episodes")
+
+    async def _open_play_close(
+        self, episode: Episode, scope: EpisodeScope, timings: dict[str, float]
+    ) -> None:
+        """Close in the task that opened, inside no scope entered since: targets hold task groups."""
+        await self.target.open_episode(scope)
+        try:
+            await self._episode(episode, scope, timings)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the episode's own error is the one to record
+                await self.target.close_episode(scope)
+            raise
+        await self.target.close_episode(scope)
+
+    def _finish(
+        self, scope: EpisodeScope, status: str, started: float, timings: dict[str, float], error: str | None
+    ) -> None:
+        elapsed = (time.perf_counter() - started) * 1000
+        rounded = {k: round(v, 3) for k, v in timings.items()}
+        self.store.finish_episode(
+            scope.run,
+            scope.episode,
+            scope.attempt,
+            status=status,
+            duration_ms=elapsed,
+            timings=rounded,
+            error=error,
+        )
+
+    async def _episode(self, episode: Episode, scope: EpisodeScope, timings: dict[str, float]) -> None:
+        pending = sorted(episode.probes, key=lambda p: p.time)
+        sessions = turns = probes = 0
+        for session in episode.sessions:
+            while pending and pending[0].time < session.time:
+                await self._probe(episode, scope, pending.pop(0), timings)
+                probes += 1
+            t0 = time.perf_counter()
+            for turn in _turn_calls(episode, session):
+                await self.target.mark(scope, turn)
+                await self.target.ingest_turn(scope, turn)
+                turns += 1
+            timings["ingest_ms"] += (time.perf_counter() - t0) * 1000
+            sessions += 1
+            self.store.progress(
+                scope.run, scope.episode, scope.attempt, sessions=sessions, turns=turns, probes=probes
+            )
+            self.progress.add("sessions")
+        for probe in pending:
+            await self._probe(episode, scope, probe, timings)
+            probes += 1
+        self.store.progress(
+            scope.run, scope.episode, scope.attempt, sessions=sessions, turns=turns, probes=probes
+        )
+
+    async def _probe(
+        self, episode: Episode, scope: EpisodeScope, probe: Probe, timings: dict[str, float]
+    ) -> None:
+        requester = episode.requester_of(probe)
+        call = ProbeCall(probe.probe_id, probe.type, probe.question, requester, probe.time.isoformat())
+        result = await self.target.ask_probe(scope, call, limit=self.plan.limit)
+        t0 = time.perf_counter()
+        answer = self.reader.answer(probe, requester, result)
+        reader_ms = (time.perf_counter() - t0) * 1000 if self.reader.name != "none" else None
+        if result.reply is not None:
+            answer = {"reply": result.reply, **(answer or {})}
+        timings["probe_ms"] += result.retrieve_ms + (reader_ms or 0.0)
+        self.store.record_probe(
+            scope.run,
+            scope.episode,
+            scope.attempt,
+            probe_id=probe.probe_id,
+            probe_type=probe.type,
+            requester=requester,
+            answer=answer,
+            retrieved=[r.item_id for r in result.retrieved],
+            retrieve_ms=result.retrieve_ms,
+            reader_ms=reader_ms,
+        )
+        self.progress.add("probes")
+
+
+async def replay_suite(
+    suite: Suite, plan: ReplayPlan, target: Target, store: RunStore, reader: Reader, *, show_progress: bool
+) -> dict[str, Any]:
+    """Play ``plan.episodes``; returns the run's summary. Cancellation marks the run interrupted."""
+    todo = list(plan.episodes)
+    progress = Progress(
+        episodes=len(todo),
+        sessions=sum(len(e.sessions) for e in todo),
+        probes=sum(len(e.probes) for e in todo),
+        out=sys.stderr if show_progress else None,
+    )
+    player = _Player(plan, target, store, reader, progress)
+    started = time.perf_counter()
+    status = "interrupted"
+    try:
+        await target.start()
+        progress.render()
+        async with anyio.create_task_group() as tg:
+            for _ in range(max(1, min(plan.workers, len(todo)))):
+                tg.start_soon(player.worker, todo)
+        status = "completed"
+    except Exception:  # the target could not start, or the run's own bookkeeping failed
+        status = "failed"
+        raise
+    finally:
+        with anyio.move_on_after(120, shield=True):
+            progress.render(end="\n")
+            await target.aclose()
+        summary = {
+            "run": plan.run_id,
+            "status": status,
+            "target": target.describe(),
+            "wall_s": round(time.perf_counter() - started, 3),
+            **store.summary(plan.run_id),
+        }
+        played = progress.done["sessions"]  # this invocation's, whatever became of their episodes
+        summary["sessions_played"] = played
+        summary["sessions_per_s"] = round(played / summary["wall_s"], 2) if summary["wall_s"] else None
+        summary.update(_trace_check(store, plan.run_id))
+        store.end_run(plan.run_id, status, summary)
+    return summary
+
+
+def _trace_check(store: RunStore, run_id: str) -> dict[str, Any]:
+    """How many memory events the run recorded, and how many lack run, episode, session or turn."""
+    row = store.conn.execute(
+        "SELECT count(*), sum(episode IS NULL OR session IS NULL OR turn IS NULL) FROM events"
+        " WHERE run_id = ? AND op IN ('write', 'update', 'delete', 'retrieve', 'read')",
+        [run_id],
+    ).fetchone()
+    return {"memory_events": row[0], "memory_events_without_context": row[1] or 0}

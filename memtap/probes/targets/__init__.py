@@ -1,0 +1,32 @@
+"""Replay targets: one module per kind of agent stack (see ``base.py`` for the protocol)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memtap.errors import ConfigError
+from memtap.probes.targets.base import Target
+
+__all__ = ["make_target"]
+
+
+def make_target(spec: str, *, db: Path, server_url: str | None = None) -> Target:
+    """The target a ``--target`` names: ``builtin``; ``mcp:CONFIG[:NAME]`` and ``openai:URL`` later."""
+    kind = spec.split(":", 1)[0]
+    if spec == "builtin":
+        from memtap.probes.targets.builtin import BuiltinTarget
+
+        return BuiltinTarget(db, url=server_url)
+    if server_url is not None:
+        raise ConfigError("--server applies to the builtin target only")
+    if kind == "mcp":
+        raise ConfigError(
+            f"target {spec!r}: wrapped upstream MCP servers (mcp:CONFIG[:NAME]) need the MCP upstream "
+            "proxy, which this build does not have yet; use --target builtin"
+        )
+    if kind == "openai":
+        raise ConfigError(
+            f"target {spec!r}: agents behind an OpenAI-compatible endpoint (openai:URL) need the chat "
+            "proxy, which this build does not have yet; use --target builtin"
+        )
+    raise ConfigError(f"unknown target {spec!r}; use builtin, mcp:CONFIG[:NAME] or openai:URL")

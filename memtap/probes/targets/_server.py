@@ -1,0 +1,87 @@
+"""Starting and stopping a ``memtap serve --http`` of the replay's own, on a free port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from memtap.probes.targets.base import TargetError
+
+__all__ = ["MemtapServer", "free_port", "health"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def health(base_url: str, timeout: float = 2.0) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{base_url}/healthz", timeout=timeout) as resp:
+        return dict(json.load(resp))
+
+
+class MemtapServer:
+    """A child ``memtap serve`` writing to ``db``. It runs in its own session, so a Ctrl-C at the
+    terminal reaches the replay (which then marks its episodes interrupted) and not the server;
+    the replay stops it with SIGTERM, which flushes the trace."""
+
+    def __init__(self, db: Path, *, extra: Sequence[str] = ()) -> None:
+        self.db = db
+        self.extra = list(extra)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None
+        self.base_url = ""
+
+    def start(self, timeout: float = 30.0) -> str:
+        port = free_port()
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server runs; stop() closes it)
+        cmd = [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{port}", "--db", str(self.db)]
+        self.proc = subprocess.Popen(
+            [*cmd, *self.extra], stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise TargetError(f"memtap serve exited with {self.proc.returncode}: {self.stderr()[-500:]}")
+            try:
+                health(self.base_url, timeout=1.0)
+                return f"{self.base_url}/mcp"
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise TargetError(f"memtap serve did not become healthy within {timeout:.0f} s")
+
+    def stderr(self) -> str:
+        if self.log is None:
+            return ""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace").strip()
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM (the server flushes its trace), then wait; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM if os.name != "nt" else signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        code = self.proc.returncode
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        return code

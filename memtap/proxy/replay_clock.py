@@ -1,0 +1,157 @@
+"""The replay clock: which turn a replay is playing, so an agent's own memory calls are attributed.
+
+A replay driver posts a mark before it plays each turn::
+
+    POST /v1/memtap/replay/mark
+    {"namespace": "run-1/ep-3/1", "run": "run-1", "episode": "ep-3", "session": "s4", "turn": "s4-t2",
+     "role": "user"}
+
+and clears it when the episode ends (``DELETE /v1/memtap/replay/mark?namespace=...``). A memory
+call that arrives through any front door without a turn of its own (no ``turn`` in its
+arguments, ``_meta`` or ``X-Memtap-Turn``) is attributed to the mark for its namespace:
+the mark fills ``run``, ``episode``, ``session``, ``turn`` and ``role`` where the call left them
+empty; what the call says itself always wins. A mark names exactly one key: the namespace
+(what a replay uses: a fresh namespace per episode, so parallel episodes never share a mark),
+else the run, else the caller's principal; lookup tries them in that order.
+
+Marks live in memory in the serving process: they are the replay's clock, not a record. The
+events they attribute are the record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from memtap.proxy.app import resolve_principal
+from memtap.trace.models import Context, Role, utc_now
+
+__all__ = ["MARK_PATH", "Mark", "ReplayClock", "mount_replay_clock"]
+
+MARK_PATH = "/v1/memtap/replay/mark"
+_FILLED = ("run", "episode", "session", "turn", "role")
+
+
+class Mark(BaseModel):
+    """The turn being played, and the key it is marked under."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str | None = Field(None, description="The episode's namespace (the key a replay uses)")
+    run: str | None = None
+    principal: str | None = Field(None, description="Key by caller principal, when nothing else names it")
+    episode: str | None = None
+    session: str | None = None
+    turn: str | None = None
+    role: Role | None = None
+
+    @model_validator(mode="after")
+    def _has_key(self) -> Mark:
+        if not (self.namespace or self.run or self.principal):
+            raise ValueError("a mark needs a namespace, a run or a principal to be found by")
+        return self
+
+    def key(self) -> tuple[str, str]:
+        if self.namespace:
+            return ("namespace", self.namespace)
+        if self.run:
+            return ("run", self.run)
+        return ("principal", str(self.principal))
+
+
+@dataclass
+class _Stamped:
+    mark: Mark
+    set_at: str
+    monotonic: float
+
+
+class ReplayClock:
+    """Current marks by key; thread-safe (the recorder's callers may be on other threads)."""
+
+    def __init__(self) -> None:
+        self._marks: dict[tuple[str, str], _Stamped] = {}
+        self._lock = threading.Lock()
+        self.attributed = 0
+
+    def set(self, mark: Mark) -> dict[str, Any]:
+        stamped = _Stamped(mark, utc_now().isoformat(), time.monotonic())
+        with self._lock:
+            self._marks[mark.key()] = stamped
+        return {**mark.model_dump(exclude_none=True), "set_at": stamped.set_at}
+
+    def get(self, kind: str, value: str) -> Mark | None:
+        with self._lock:
+            found = self._marks.get((kind, value))
+        return found.mark if found else None
+
+    def clear(self, kind: str, value: str) -> bool:
+        with self._lock:
+            return self._marks.pop((kind, value), None) is not None
+
+    def attribute(self, context: Context) -> Context:
+        """``context`` with the marked turn filled in, when it names no turn of its own."""
+        if context.turn is not None or not self._marks:
+            return context
+        for kind, value in (
+            ("namespace", context.namespace),
+            ("run", context.run),
+            ("principal", context.principal),
+        ):
+            mark = self.get(kind, value) if value else None
+            if mark is not None:
+                updates = {
+                    f: getattr(mark, f) for f in _FILLED if getattr(context, f) is None and getattr(mark, f)
+                }
+                if not updates:
+                    return context
+                with self._lock:
+                    self.attributed += 1
+                return context.model_copy(update=updates)
+        return context
+
+
+def _key_of(request: Request) -> tuple[str, str]:
+    for kind in ("namespace", "run", "principal"):
+        value = request.query_params.get(kind)
+        if value:
+            return kind, value
+    raise HTTPException(422, "name the mark by ?namespace=, ?run= or ?principal=")
+
+
+def mount_replay_clock(app: FastAPI, service: Any, api_keys: dict[str, str]) -> ReplayClock:
+    """Serve the clock at :data:`MARK_PATH` and make ``service`` attribute calls by it."""
+    clock = ReplayClock()
+    service.clock = clock
+
+    def authorised(request: Request) -> None:
+        if api_keys and resolve_principal(request.headers, api_keys, "") is None:
+            raise HTTPException(401, "missing or unknown API key (Authorization: Bearer KEY)")
+
+    @app.post(MARK_PATH)
+    async def set_mark(mark: Mark, request: Request) -> dict[str, Any]:
+        """Mark the turn being played; memory calls without a turn are attributed to it."""
+        authorised(request)
+        return {"mark": clock.set(mark)}
+
+    @app.get(MARK_PATH)
+    async def get_mark(request: Request) -> dict[str, Any]:
+        authorised(request)
+        kind, value = _key_of(request)
+        mark = clock.get(kind, value)
+        if mark is None:
+            raise HTTPException(404, f"no mark for {kind} {value!r}")
+        return {"mark": mark.model_dump(exclude_none=True)}
+
+    @app.delete(MARK_PATH)
+    async def clear_mark(request: Request) -> dict[str, Any]:
+        authorised(request)
+        kind, value = _key_of(request)
+        return {"cleared": clock.clear(kind, value)}
+
+    return clock
