@@ -73,7 +73,7 @@ class LiteLLMParams(BaseModel):
     @property
     def upstream_model(self) -> str:
         """The model name the provider itself knows."""
-        prefix, sep, rest = self.model.partition("/")
+        _, sep, rest = self.model.partition("/")
         return rest if sep else self.model
 
 

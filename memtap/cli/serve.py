@@ -1,4 +1,5 @@
-"""``memtap serve``: the MCP front door over the embedded memory backend."""
+"""``memtap serve``: the MCP front door over the embedded memory backend, and the
+OpenAI-compatible chat proxy over the upstreams of a config file."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     show_default=True,
     help="Largest memory.",
 )
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML/JSON config: LiteLLM's model_list (chat upstreams at /v1) and a memtap section.",
+)
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 def serve(
@@ -53,22 +60,26 @@ def serve(
     principal: str,
     gate: str,
     max_content_bytes: int,
+    config_path: Path | None,
     console_spans: bool,
     verbose: bool,
 ) -> None:
     """Serve memory tools over MCP (stdio and/or streamable HTTP), recording every call."""
     import anyio
 
+    from memtap.config import ConfigFile, load_config
     from memtap.proxy.policy import GateMode
     from memtap.proxy.runtime import Settings, parse_api_keys
     from memtap.proxy.serve import serve as run
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
     env_keys = os.environ.get("MEMTAP_API_KEYS")
+    config = load_config(config_path) if config_path is not None else ConfigFile()
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
-        api_keys=parse_api_keys([*api_keys, *([env_keys] if env_keys else [])]),
+        api_keys=parse_api_keys([*api_keys, *([env_keys] if env_keys else []), *config.memtap.key_pairs()]),
+        config=config,
         default_principal=principal,
         gate=GateMode(gate),
         max_content_bytes=max_content_bytes,
@@ -81,4 +92,6 @@ def serve(
             click.echo(
                 f"memtap: serving MCP at http://{address[0]}:{address[1]}/mcp (db {settings.db})", err=True
             )
+            if config.model_list or config.memtap.embeddings:
+                click.echo(f"memtap: serving the OpenAI API at http://{address[0]}:{address[1]}/v1", err=True)
     anyio.run(lambda: run(settings, http=address, stdio=stdio))

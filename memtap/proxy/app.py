@@ -1,4 +1,5 @@
-"""The ASGI app ``memtap serve`` runs: the MCP front door at ``/mcp`` and ``/healthz``."""
+"""The ASGI app ``memtap serve`` runs: the MCP front door at ``/mcp``, the OpenAI-compatible
+front door at ``/v1/...`` and ``/healthz``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
+from memtap.proxy.openai_api import OpenAIFrontDoor
 from memtap.proxy.runtime import Runtime, is_loopback
 
 __all__ = ["PrincipalGate", "create_app"]
@@ -92,10 +94,13 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         max_request_body_size=max(4 << 20, 2 * settings.max_content_bytes + (64 << 10)),
     )
     started = time.monotonic()
+    openai = OpenAIFrontDoor(
+        settings.config, runtime.service, runtime.recorder, default_principal=settings.default_principal
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with manager.run():
+        async with manager.run(), openai.running():
             yield
 
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -116,4 +121,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     # round trip on every call for clients that follow it, and an error for those that do not.
     mcp_endpoint = PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
     app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"]))
+    app.router.routes.extend(
+        openai.routes(lambda endpoint: PrincipalGate(endpoint, settings.api_keys, settings.default_principal))
+    )
     return app

@@ -88,6 +88,9 @@ async def recorded_call(
 ) -> AsyncIterator[CallRecord]:
     """Serve one call inside; on the way out, record it exactly once (``durable``: committed).
 
+    An exception raised inside replaces the call's value with ``{"error": ...}``; a front
+    door that sets ``record.error`` itself (a stream cut off after it began) keeps its value.
+
     ``model`` and ``provider`` name a chat call's span; ``started_at`` (a ``perf_counter``
     reading) lets a front door count time it spent before the call was opened.
     """
@@ -106,15 +109,15 @@ async def recorded_call(
             yield record
         except MemtapError as exc:
             record.error = str(exc)
+            record.value = {"error": record.error}
         except Exception as exc:  # a bug or an unexpected backend failure: report it, stay up
             log.exception("%s %s failed", front_door, tool)
             record.error = f"internal error: {type(exc).__name__}: {exc}"
+            record.value = {"error": record.error}
         finally:
             _CURRENT_CALL.reset(token)
         if record._backend_started is not None and record.backend_ms is None:
             record.end_backend()
-        if record.error is not None:
-            record.value = {"error": record.error}
         event = TraceEvent(
             id=record.id,
             started_at=started,
