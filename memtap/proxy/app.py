@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
-from memtap.proxy.openai_api import OpenAIFrontDoor
+from memtap.proxy.openai_api import DirectRoutes, OpenAIFrontDoor
 from memtap.proxy.runtime import Runtime, is_loopback
 
 __all__ = ["PrincipalGate", "create_app"]
@@ -121,7 +121,9 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     # round trip on every call for clients that follow it, and an error for those that do not.
     mcp_endpoint = PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
     app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"]))
-    app.router.routes.extend(
-        openai.routes(lambda endpoint: PrincipalGate(endpoint, settings.api_keys, settings.default_principal))
+    openai_routes = openai.routes(
+        lambda endpoint: PrincipalGate(endpoint, settings.api_keys, settings.default_principal)
     )
+    app.router.routes.extend(openai_routes)
+    app.add_middleware(DirectRoutes, routes=openai_routes)
     return app

@@ -58,6 +58,8 @@ class Settings:
     gate: GateMode = GateMode.OBSERVE
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     console_spans: bool = False
+    # Batch trace writes for this long (not in durable mode); see Recorder.
+    record_linger_s: float = 0.01
     # The config file (--config): chat upstreams (model_list) and memtap's own section.
     config: ConfigFile = field(default_factory=ConfigFile)
 
@@ -75,7 +77,7 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.recorder = Recorder(settings.db, durable=settings.durable)
+        self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
         self.recorder.start()
         try:
             self.backend = open_backend(settings.config, settings.db)

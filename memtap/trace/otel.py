@@ -96,9 +96,26 @@ def configure_tracing(*, console: bool = False) -> bool:
     return True
 
 
+_UNKNOWN = object()
+
+
+def _tracing() -> bool:
+    """Whether a tracer provider is installed; without one, spans are skipped outright (the
+    API's no-op spans, and get_tracer_provider's environment lookups, cost tens of
+    microseconds a call on the proxy's hot path). Reads the API's module global when it has
+    one, and asks the API otherwise."""
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return provider is not None
+
+
 @contextlib.contextmanager
 def memory_span(op: Op, tool: str, store_id: str) -> Iterator[Span]:
     """A span around one memory call; exceptions mark it as an error and propagate."""
+    if not _tracing():
+        yield trace.INVALID_SPAN
+        return
     name = f"{OPERATION_NAMES.get(op, op.value)} {store_id}"
     with tracer.start_as_current_span(name, kind=SpanKind.INTERNAL) as span:
         if span.is_recording():
@@ -152,6 +169,9 @@ def finish_memory_span(span: Span, event: TraceEvent, query: str | None = None) 
 def chat_span(model: str, provider: str) -> Iterator[Span]:
     """A ``chat {model}`` span (GenAI conventions) around one chat call; memory calls made
     while serving it become its children."""
+    if not _tracing():
+        yield trace.INVALID_SPAN
+        return
     with tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT) as span:
         if span.is_recording():
             span.set_attributes(
