@@ -31,6 +31,7 @@ test: lint typecheck pytest
 bench: $(STAMP)
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/search_scaling.py
+	$(BIN)/python benchmarks/openai_overhead.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -261,3 +261,38 @@ def test_litellm_path_serves_the_same_answers(serve_memtap: Serve, upstream: Any
     assert [e.backend for e in events] == ["litellm"] * 3
     assert [e.status for e in events] == ["ok", "ok", "error"]
     assert events[0].output_tokens == 20
+
+
+def test_memtap_serve_with_a_config_file_serves_chat_with_keys_from_it(
+    start_http_server: Callable[..., Any], upstream: Any, tmp_path: Any
+) -> None:
+    config = tmp_path / "memtap.yaml"
+    config.write_text(f"""
+model_list:
+  - model_name: gpt-fake
+    litellm_params: {{model: openai/fake-1, api_base: "{upstream.base_url}", api_key: os.environ/FAKE_UPSTREAM_KEY}}
+litellm_settings: {{drop_params: true}}
+memtap:
+  memory: auto
+  api_keys: [{{key: os.environ/MEMTAP_TEST_KEY, principal: erin}}]
+""")
+    server = start_http_server(
+        "--config", str(config), env={"MEMTAP_TEST_KEY": "sk-erin", "FAKE_UPSTREAM_KEY": "sk-up-env"}
+    )
+    base_url = f"http://127.0.0.1:{server.port}/v1"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(api_key="sk-nope", base_url=base_url, max_retries=0).models.list()
+    client = openai.OpenAI(api_key="sk-erin", base_url=base_url)
+    reply = client.chat.completions.create(
+        model="gpt-fake", messages=[{"role": "user", "content": "hi [chunks 2]"}]
+    )
+    assert reply.choices[0].message.content == "chunk-0 chunk-1 "
+    assert upstream.state.headers[-1]["Authorization"] == "Bearer sk-up-env"
+    assert server.stop() == 0
+    from memtap.trace.store import TraceStore
+
+    store = TraceStore(server.db)
+    events = store.list_events()
+    store.close()
+    assert [e.op for e in events] == [Op.CHAT, Op.RETRIEVE, Op.WRITE]
+    assert {e.context.principal for e in events} == {"erin"}
