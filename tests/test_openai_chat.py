@@ -296,3 +296,22 @@ memtap:
     store.close()
     assert [e.op for e in events] == [Op.CHAT, Op.RETRIEVE, Op.WRITE]
     assert {e.context.principal for e in events} == {"erin"}
+
+
+def test_litellm_params_fill_request_defaults_and_litellm_keys_stay_home(
+    serve_memtap: Serve, upstream: Any
+) -> None:
+    params = {
+        "model": "openai/fake-1",
+        "api_base": upstream.base_url,
+        "temperature": 0.2,
+        "rpm": 60,
+        "weight": 2,
+    }
+    memtap = serve_memtap(models=[{"model_name": "fake-1", "litellm_params": params}])
+    client = openai.OpenAI(api_key="x", base_url=memtap.base_url)
+    client.chat.completions.create(model="fake-1", messages=HELLO)
+    client.chat.completions.create(model="fake-1", messages=HELLO, temperature=0.9)
+    first, second = upstream.state.received
+    assert first == {"model": "fake-1", "messages": HELLO, "temperature": 0.2}
+    assert second["temperature"] == 0.9 and "rpm" not in second and "weight" not in second

@@ -29,6 +29,7 @@ from memtap.errors import ConfigError, ProxyError
 
 __all__ = [
     "OPENAI_COMPATIBLE",
+    "REQUEST_DEFAULTS",
     "LiteLLMClient",
     "ModelRouter",
     "PassThrough",
@@ -42,24 +43,24 @@ OPENAI_COMPATIBLE = frozenset(
     {"openai", "hosted_vllm", "custom_openai", "openai_like", "lm_studio", "llamafile", "sglang"}
 )
 OPENAI_API_BASE = "https://api.openai.com/v1"
-# Connection settings in litellm_params; everything else is a request default.
-_CONNECTION_KEYS = frozenset(
+# litellm_params that are chat request parameters: on the pass-through path they fill in
+# what the caller did not set. LiteLLM's own keys (rpm, weight, drop_params, ...) are not
+# sent to an OpenAI-compatible server, which may refuse unknown fields.
+REQUEST_DEFAULTS = frozenset(
     {
-        "model",
-        "api_base",
-        "api_key",
-        "api_version",
-        "timeout",
-        "stream_timeout",
-        "max_retries",
-        "organization",
-        "custom_llm_provider",
-        "rpm",
-        "tpm",
-        "extra_headers",
-        "use_in_pass_through",
-        "input_cost_per_token",
-        "output_cost_per_token",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "n",
+        "response_format",
+        "reasoning_effort",
+        "logit_bias",
+        "parallel_tool_calls",
     }
 )
 
@@ -131,7 +132,7 @@ def upstream_from_entry(entry: ModelEntry, route: RouteSettings | None, default_
         api_key=params.api_key,
         timeout=timeout,
         stream_timeout=params.stream_timeout or timeout,
-        defaults={k: v for k, v in extra.items() if k not in _CONNECTION_KEYS},
+        defaults={k: v for k, v in extra.items() if k in REQUEST_DEFAULTS},
         litellm_params=params.model_dump(exclude_none=True),
         memory=route.memory if route is not None else None,
     )

@@ -201,12 +201,13 @@ class ChatProxy:
             if recall.event_id is not None:
                 call.links.append(recall.event_id)
         stream = request.get("stream") is True
-        body = upstream.prepare(outgoing, raw, changed=bool(recall.memories))
+        passthrough = upstream.via == "passthrough"
+        body = upstream.prepare(outgoing, raw, changed=bool(recall.memories)) if passthrough else b""
         reply: str | None = None
         complete = True
         if not stream:
             call.start_backend()
-            if upstream.via == "passthrough":
+            if passthrough:
                 status, data, content_type = await self.passthrough.request(
                     upstream, "/chat/completions", body
                 )
