@@ -315,3 +315,20 @@ def test_litellm_params_fill_request_defaults_and_litellm_keys_stay_home(
     first, second = upstream.state.received
     assert first == {"model": "fake-1", "messages": HELLO, "temperature": 0.2}
     assert second["temperature"] == 0.9 and "rpm" not in second and "weight" not in second
+
+
+def test_a_caller_cannot_send_the_configured_key_to_a_server_of_its_choosing(
+    serve_memtap: Serve, upstream: Any
+) -> None:
+    # No api_base configured (litellm's default for the provider); the caller names one.
+    memtap = serve_memtap(
+        {"routes": {"hosted": {"via": "litellm"}}},
+        models=[{"model_name": "hosted", "litellm_params": {"model": "openai/fake-1", "api_key": "sk-configured",
+                                                            "timeout": 3, "max_retries": 0}}],
+    )  # fmt: skip
+    client = openai.OpenAI(api_key="x", base_url=memtap.base_url, max_retries=0)
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(
+            model="hosted", messages=HELLO, extra_body={"api_base": upstream.base_url}
+        )
+    assert upstream.state.received == []

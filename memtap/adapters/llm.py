@@ -275,6 +275,34 @@ class PassThrough:
                 response.close()
 
 
+# Request fields litellm would read as connection settings or credentials. A caller must not
+# be able to send memtap's configured keys to a server of its choosing, so they are dropped.
+_NOT_FROM_CALLERS = frozenset(
+    {
+        "api_base",
+        "base_url",
+        "api_key",
+        "api_version",
+        "custom_llm_provider",
+        "organization",
+        "extra_headers",
+        "headers",
+        "client",
+        "mock_response",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "aws_region_name",
+        "aws_profile_name",
+        "vertex_project",
+        "vertex_location",
+        "vertex_credentials",
+        "azure_ad_token",
+        "litellm_logging_obj",
+    }
+)
+
+
 def _import_litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_LOG", "ERROR")
@@ -315,7 +343,8 @@ class LiteLLMClient:
         if params["api_key"] is None:
             del params["api_key"]
         params.setdefault("timeout", upstream.timeout)
-        return {**request, **params}
+        safe = {k: v for k, v in request.items() if k not in _NOT_FROM_CALLERS}
+        return {**safe, **params}
 
     async def chat(self, upstream: Upstream, request: dict[str, Any]) -> bytes:
         litellm = self.load()
