@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/search_scaling.py
 	$(BIN)/python benchmarks/replay_throughput.py
+	$(BIN)/python benchmarks/openai_overhead.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

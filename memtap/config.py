@@ -13,22 +13,175 @@ memtap that uses it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from memtap.errors import ConfigError
 
-__all__ = ["ConfigFile", "load_config"]
+__all__ = [
+    "ApiKeyEntry",
+    "CaptureRole",
+    "ConfigFile",
+    "EmbedderSettings",
+    "LiteLLMParams",
+    "MemoryMode",
+    "MemtapSection",
+    "ModelEntry",
+    "RouteSettings",
+    "load_config",
+    "resolve_secret",
+]
+
+MemoryMode = Literal["off", "auto"]
+CaptureRole = Literal["user", "assistant"]
+ENV_PREFIX = "os.environ/"
+
+
+def resolve_secret(value: str | None, what: str) -> str | None:
+    """LiteLLM's ``os.environ/NAME`` indirection; a missing variable is a ConfigError naming it."""
+    if value is None or not value.startswith(ENV_PREFIX):
+        return value
+    name = value[len(ENV_PREFIX) :]
+    found = os.environ.get(name)
+    if not found:
+        raise ConfigError(f"{what} refers to environment variable {name}, which is not set")
+    return found
+
+
+class LiteLLMParams(BaseModel):
+    """``litellm_params`` of one deployment, as LiteLLM reads it. Keys memtap does not use
+    itself are kept: on the pass-through path they become request defaults, on the
+    litellm path they are handed to litellm as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(..., min_length=1, description="provider/model, e.g. openai/gpt-4o")
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    stream_timeout: float | None = Field(default=None, gt=0)
+
+    @property
+    def provider(self) -> str:
+        """The provider prefix (``openai`` when the model names none, as in LiteLLM)."""
+        prefix, sep, _ = self.model.partition("/")
+        return prefix if sep else "openai"
+
+    @property
+    def upstream_model(self) -> str:
+        """The model name the provider itself knows."""
+        _, sep, rest = self.model.partition("/")
+        return rest if sep else self.model
+
+
+class ModelEntry(BaseModel):
+    """One entry of LiteLLM's ``model_list``: a public alias and the deployment behind it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model_name: str = Field(..., min_length=1)
+    litellm_params: LiteLLMParams
+    model_info: dict[str, Any] = Field(default_factory=dict)
+
+
+class RouteSettings(BaseModel):
+    """memtap's settings for one model alias (``memtap.routes.ALIAS``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory: MemoryMode | None = None
+    via: Literal["auto", "passthrough", "litellm"] = "auto"
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        return _mode_from_yaml(value)
+
+
+class EmbedderSettings(BaseModel):
+    """A local embedding model served at ``/v1/embeddings`` under its alias."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = Field(
+        ..., min_length=1, description="minilm, hashing, or module:factory for a plug-in embedder"
+    )
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ApiKeyEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(..., min_length=1, description="the key, or os.environ/NAME")
+    principal: str = Field(..., min_length=1)
+
+
+def _mode_from_yaml(value: object) -> object:
+    """YAML 1.1 reads a bare ``off`` as false (and ``on`` as true)."""
+    if value is False:
+        return "off"
+    if value is True:
+        return "auto"
+    return value
+
+
+def _user_only() -> list[CaptureRole]:
+    return ["user"]
+
+
+class MemtapSection(BaseModel):
+    """memtap's own settings, beside LiteLLM's sections in the same file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory: MemoryMode = "off"
+    backend: str = Field(default="builtin", pattern=r"^(builtin|mcp:[^:\s]+)$")
+    api_keys: list[ApiKeyEntry | str] = Field(default_factory=list)
+    top_k: int = Field(default=5, ge=0, le=100, description="memories injected in auto mode")
+    capture: list[CaptureRole] = Field(default_factory=_user_only)
+    max_body_bytes: int = Field(default=8 << 20, ge=1024)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    routes: dict[str, RouteSettings] = Field(default_factory=dict)
+    embeddings: dict[str, EmbedderSettings] = Field(default_factory=dict)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        return _mode_from_yaml(value)
+
+    def key_pairs(self) -> list[str]:
+        """The configured API keys as ``KEY=PRINCIPAL`` (environment references resolved)."""
+        pairs = []
+        for index, entry in enumerate(self.api_keys):
+            if isinstance(entry, str):
+                pairs.append(entry)
+            else:
+                key = resolve_secret(entry.key, f"memtap.api_keys[{index}].key")
+                pairs.append(f"{key}={entry.principal}")
+        return pairs
 
 
 class ConfigFile(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="mcpServers")
-    model_list: list[dict[str, Any]] = Field(default_factory=list)
-    memtap: dict[str, Any] = Field(default_factory=dict)
+    model_list: list[ModelEntry] = Field(default_factory=list)
+    memtap: MemtapSection = Field(default_factory=lambda: MemtapSection())
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> ConfigFile:
+        aliases = {entry.model_name for entry in self.model_list}
+        for alias in self.memtap.routes:
+            if alias not in aliases:
+                raise ValueError(f"memtap.routes.{alias} names no model_name in model_list")
+        backend = self.memtap.backend
+        if backend.startswith("mcp:") and backend[4:] not in self.mcp_servers:
+            raise ValueError(f"memtap.backend {backend!r} names no server in mcpServers")
+        return self
 
 
 def load_config(path: str | Path) -> ConfigFile:
@@ -56,5 +209,10 @@ def load_config(path: str | Path) -> ConfigFile:
     try:
         return ConfigFile.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+        problems = "; ".join(_problem(err["loc"], err["msg"]) for err in exc.errors())
         raise ConfigError(f"config {path}: {problems}") from None
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    message = message.removeprefix("Value error, ")
+    return f"{'.'.join(str(p) for p in loc)}: {message}" if loc else message

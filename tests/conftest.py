@@ -169,3 +169,41 @@ async def run_memory_script(client: Client) -> dict[str, str]:
     missing = await client.call_tool("memory_get", {"id": "mem_nope"}, meta=meta(run="r1"))
     assert missing.is_error
     return ids
+
+
+@pytest.fixture(scope="session")
+def fake_upstream() -> Iterator[Any]:
+    """The fake hosted LLM (an OpenAI-compatible server on a free port), shared by the tests."""
+    from fake_openai import FakeUpstream
+
+    upstream = FakeUpstream().start()
+    yield upstream
+    upstream.stop()
+
+
+@pytest.fixture
+def upstream(fake_upstream: Any) -> Any:
+    fake_upstream.state.reset()
+    return fake_upstream
+
+
+@pytest.fixture
+def serve_memtap(db_path: Path, upstream: Any) -> Iterator[Callable[..., Any]]:
+    """Start memtap's app in this process with a config whose model_list points at the fake upstream."""
+    from served import ServedMemtap
+
+    started: list[ServedMemtap] = []
+
+    def start(memtap: dict[str, Any] | None = None, *, models: list[dict[str, Any]] | None = None,
+              **settings: Any) -> ServedMemtap:  # fmt: skip
+        model_list = models if models is not None else [
+            {"model_name": "gpt-fake", "litellm_params": {"model": "openai/fake-1", "api_base": upstream.base_url,
+                                                          "api_key": "sk-upstream-secret"}},
+        ]  # fmt: skip
+        served = ServedMemtap(db_path, {"model_list": model_list, "memtap": memtap or {}}, **settings).start()
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.stop()

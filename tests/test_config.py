@@ -23,8 +23,9 @@ memtap: {memory: auto}
     )
     config = load_config(path)
     assert config.mcp_servers["memory"]["command"] == "npx"
-    assert config.model_list[0]["litellm_params"]["api_key"] == "os.environ/OPENAI_API_KEY"
-    assert config.memtap == {"memory": "auto"}
+    assert config.model_list[0].litellm_params.api_key == "os.environ/OPENAI_API_KEY"
+    assert config.model_list[0].litellm_params.provider == "openai"
+    assert config.memtap.memory == "auto" and config.memtap.backend == "builtin"
     assert config.model_extra == {"litellm_settings": {"drop_params": True}}
 
 
@@ -53,3 +54,78 @@ def test_broken_config_names_the_file_and_the_problem(tmp_path: Path, text: str,
 def test_missing_config_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_a_litellm_proxy_config_loads_unchanged_beside_memtap_settings(tmp_path: Path) -> None:
+    path = tmp_path / "litellm.yaml"
+    path.write_text(
+        """
+model_list:
+  - model_name: local-llama
+    litellm_params:
+      model: hosted_vllm/meta-llama/Llama-3.1-8B-Instruct
+      api_base: http://127.0.0.1:8000/v1
+      api_key: os.environ/VLLM_KEY
+      temperature: 0.2
+      rpm: 60
+    model_info: {id: llama-1}
+  - model_name: claude
+    litellm_params: {model: anthropic/claude-sonnet-4-5, api_key: os.environ/ANTHROPIC_API_KEY}
+router_settings: {routing_strategy: simple-shuffle}
+general_settings: {master_key: sk-1234}
+memtap:
+  memory: off
+  top_k: 3
+  capture: [user, assistant]
+  routes: {local-llama: {memory: auto}}
+  embeddings: {minilm: {provider: minilm}}
+"""
+    )
+    config = load_config(path)
+    llama, claude = config.model_list
+    assert llama.litellm_params.provider == "hosted_vllm"
+    assert llama.litellm_params.upstream_model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert llama.litellm_params.model_extra == {"temperature": 0.2, "rpm": 60}
+    assert claude.litellm_params.provider == "anthropic"
+    assert config.memtap.memory == "off"  # YAML reads a bare `off` as false; memtap reads it as meant
+    assert config.memtap.routes["local-llama"].memory == "auto"
+    assert config.memtap.capture == ["user", "assistant"]
+    assert set(config.model_extra or {}) == {"router_settings", "general_settings"}
+
+
+@pytest.mark.parametrize(
+    ("memtap", "message"),
+    [
+        ("{routes: {nope: {memory: auto}}}", "memtap.routes.nope names no model_name in model_list"),
+        ("{backend: 'mcp:memory'}", "memtap.backend 'mcp:memory' names no server in mcpServers"),
+        ("{backend: mem0}", "memtap.backend: String should match pattern"),
+        ("{memory: sometimes}", "memtap.memory: Input should be 'off' or 'auto'"),
+        ("{top_k: -1}", "memtap.top_k: Input should be greater than or equal to 0"),
+        ("{colour: blue}", "memtap.colour: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_memtap_settings_are_named(tmp_path: Path, memtap: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        f"model_list: [{{model_name: m, litellm_params: {{model: openai/m}}}}]\nmemtap: {memtap}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert message in str(err.value)
+
+
+def test_api_keys_from_the_environment_resolve_and_a_missing_one_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "keys.yaml"
+    path.write_text(
+        "memtap:\n  api_keys:\n    - sk-inline=bob\n    - {key: os.environ/ALICE_KEY, principal: alice}\n"
+    )
+    config = load_config(path)
+    monkeypatch.setenv("ALICE_KEY", "sk-from-env")
+    assert config.memtap.key_pairs() == ["sk-inline=bob", "sk-from-env=alice"]
+    monkeypatch.delenv("ALICE_KEY")
+    with pytest.raises(
+        ConfigError, match=r"memtap.api_keys\[1\].key refers to environment variable ALICE_KEY"
+    ):
+        config.memtap.key_pairs()

@@ -42,8 +42,10 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")]
-    assert applied[:2] == ["m001_create_events", "m002_create_items"]
+    assert applied == ["m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs"]
     assert applied == [m.name for m in MIGRATIONS._migrations]
+    assert {"total_ms", "parent_id", "model", "provider", "input_tokens", "output_tokens", "ttft_ms",
+            "memory_ms", "links"} <= set(_columns(db_path, "events"))  # fmt: skip
 
 
 def test_builtin_backend_adds_its_tables_and_full_text_index_to_the_same_file(db_path: Path) -> None:
@@ -169,3 +171,29 @@ def test_list_events_filters_and_keeps_time_order(db_path: Path) -> None:
     assert [e.id for e in store.list_events(limit=2, newest_first=True)] == [events[1].id, events[2].id]
     assert [e.id for e in store.list_events(after_id=events[0].id)] == [events[1].id, events[2].id]
     store.close()
+
+
+def test_a_database_written_before_chat_columns_migrates_and_its_events_still_read(db_path: Path) -> None:
+    from sqlite_utils import Database
+
+    from memtap.trace.migrations import MIGRATIONS
+
+    with sqlite3.connect(db_path) as conn:
+        db = Database(conn)
+        for migration in MIGRATIONS._migrations[:2]:  # what memtap 0.1.0 released
+            migration.fn(db)
+        conn.execute("CREATE TABLE _sqlite_migrations (id INTEGER PRIMARY KEY, migration_set TEXT, name TEXT,"
+                     " applied_at TEXT)")  # fmt: skip
+        for name in ("m001_create_events", "m002_create_items"):
+            conn.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) VALUES (?, ?, ?)",
+                         ("memtap.trace", name, "2026-01-01"))  # fmt: skip
+        conn.execute(
+            f"INSERT INTO events VALUES ({','.join('?' * 25)})",
+            ("01OLD", T0.isoformat(), T0.isoformat(), "mcp-http", "builtin", "memory_search", "retrieve", "ok",
+             None, "u", "u", None, None, None, None, None, None, None, None, '{"principal":"u","namespace":"u"}',
+             "{}", None, 1.0, 0.1, None),
+        )  # fmt: skip
+    store = TraceStore(db_path)
+    [event] = store.list_events()
+    store.close()
+    assert event.id == "01OLD" and event.links == [] and event.model is None and event.parent_id is None

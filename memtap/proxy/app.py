@@ -1,4 +1,5 @@
-"""The ASGI app ``memtap serve`` runs: the MCP front door at ``/mcp`` and ``/healthz``."""
+"""The ASGI app ``memtap serve`` runs: the MCP front door at ``/mcp``, the OpenAI-compatible
+front door at ``/v1/...`` and ``/healthz``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
+from memtap.proxy.openai_api import DirectRoutes, OpenAIFrontDoor
 from memtap.proxy.runtime import Runtime, is_loopback
 
 __all__ = ["PrincipalGate", "create_app", "resolve_principal"]
@@ -98,10 +100,13 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         max_request_body_size=max(4 << 20, 2 * settings.max_content_bytes + (64 << 10)),
     )
     started = time.monotonic()
+    openai = OpenAIFrontDoor(
+        settings.config, runtime.service, runtime.recorder, default_principal=settings.default_principal
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with manager.run():
+        async with manager.run(), openai.running():
             yield
 
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -128,4 +133,9 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     from memtap.proxy.replay_clock import mount_replay_clock  # imports this module: import it here
 
     mount_replay_clock(app, runtime.service, settings.api_keys)
+    openai_routes = openai.routes(
+        lambda endpoint: PrincipalGate(endpoint, settings.api_keys, settings.default_principal)
+    )
+    app.router.routes.extend(openai_routes)
+    app.add_middleware(DirectRoutes, routes=openai_routes)
     return app

@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memtap.adapters.builtin import BuiltinBackend
+from memtap.adapters.registry import open_backend
+from memtap.config import ConfigFile
 from memtap.errors import ConfigError
 from memtap.proxy.policy import GateMode
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
@@ -57,6 +58,10 @@ class Settings:
     gate: GateMode = GateMode.OBSERVE
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     console_spans: bool = False
+    # Batch trace writes for this long (not in durable mode); see Recorder.
+    record_linger_s: float = 0.01
+    # The config file (--config): chat upstreams (model_list) and memtap's own section.
+    config: ConfigFile = field(default_factory=ConfigFile)
 
     def check_bind(self, host: str) -> None:
         """A memory proxy is never opened to a network by accident."""
@@ -72,10 +77,10 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.recorder = Recorder(settings.db, durable=settings.durable)
+        self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
         self.recorder.start()
         try:
-            self.backend = BuiltinBackend(settings.db)
+            self.backend = open_backend(settings.config, settings.db)
         except Exception:
             self.recorder.close()
             raise

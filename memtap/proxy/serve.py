@@ -79,6 +79,8 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
             uvicorn_server = uvicorn.Server(config)
             if not stdio:  # on stdio, standard error may be a client's log: stay quiet there
                 print(f"memtap: serving MCP at http://{host}:{port}/mcp (db {settings.db})", file=sys.stderr)
+                if settings.config.model_list or settings.config.memtap.embeddings:
+                    print(f"memtap: serving the OpenAI API at http://{host}:{port}/v1", file=sys.stderr)
         cancels: list[Callable[[], None]] = []
 
         def stop() -> None:

@@ -122,6 +122,26 @@ def m002_create_items(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m003_add_chat_columns(db: Database) -> None:
+    """Chat and embedding calls: model, provider, token usage and the latency decomposition;
+    every call: its total time and the call it ran inside (``parent_id``); ``links``: a JSON
+    list of the events a call caused."""
+    for column, kind in (
+        ("total_ms", "REAL"),
+        ("parent_id", "TEXT"),
+        ("model", "TEXT"),
+        ("provider", "TEXT"),
+        ("input_tokens", "INTEGER"),
+        ("output_tokens", "INTEGER"),
+        ("ttft_ms", "REAL"),
+        ("memory_ms", "REAL"),
+        ("links", "TEXT"),
+    ):
+        db.execute(f"ALTER TABLE events ADD COLUMN {column} {kind}")
+    db.execute("CREATE INDEX events_parent ON events(parent_id)")
+
+
+@MIGRATIONS()
 def m004_create_runs(db: Database) -> None:
     """Replay runs: one row per run, per episode attempt, and per probe answer; and the suite's
     episodes themselves (content-addressed by the suite's sha256), so a run can be scored from

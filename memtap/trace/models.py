@@ -154,6 +154,20 @@ class TraceEvent(BaseModel):
     status: str = "ok"
     error: str | None = None
     gate: str | None = None
+    # The whole call, monotonic clock; set for every event.
+    total_ms: float | None = None
+    # The call during which this one ran (a chat's memory search and capture name the chat).
+    parent_id: str | None = None
+    # Chat and embedding calls: the model alias, the provider behind it, token usage, time to
+    # the first token the caller got, time spent searching memory before the model was called,
+    # and the events this call caused.
+    model: str | None = None
+    provider: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    ttft_ms: float | None = None
+    memory_ms: float | None = None
+    links: list[str] = Field(default_factory=list)
 
 
 class Provenance(BaseModel):

@@ -1,6 +1,8 @@
 """OpenTelemetry in one place: one module-level tracer and the memory-span middleware.
 
-Spans follow the GenAI memory conventions (status: development):
+Chat calls get ``chat {model}`` client spans with the GenAI model attributes
+(provider, request model, token usage, time to first chunk); the memory calls a chat
+causes are their children. Spans follow the GenAI memory conventions (status: development):
 ``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory``, with
 ``gen_ai.memory.*`` attributes, plus ``openinference.span.kind`` so Phoenix and
 Langfuse render them. Reads (get, list, history) have no operation name in the
@@ -25,7 +27,15 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from memtap.trace.models import Context, Op, TraceEvent
 
-__all__ = ["OPERATION_NAMES", "configure_tracing", "finish_memory_span", "memory_span", "tracer"]
+__all__ = [
+    "OPERATION_NAMES",
+    "chat_span",
+    "configure_tracing",
+    "finish_chat_span",
+    "finish_memory_span",
+    "memory_span",
+    "tracer",
+]
 
 tracer = trace.get_tracer("memtap")
 
@@ -86,9 +96,26 @@ def configure_tracing(*, console: bool = False) -> bool:
     return True
 
 
+_UNKNOWN = object()
+
+
+def _tracing() -> bool:
+    """Whether a tracer provider is installed; without one, spans are skipped outright (the
+    API's no-op spans, and get_tracer_provider's environment lookups, cost tens of
+    microseconds a call on the proxy's hot path). Reads the API's module global when it has
+    one, and asks the API otherwise."""
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return provider is not None
+
+
 @contextlib.contextmanager
 def memory_span(op: Op, tool: str, store_id: str) -> Iterator[Span]:
     """A span around one memory call; exceptions mark it as an error and propagate."""
+    if not _tracing():
+        yield trace.INVALID_SPAN
+        return
     name = f"{OPERATION_NAMES.get(op, op.value)} {store_id}"
     with tracer.start_as_current_span(name, kind=SpanKind.INTERNAL) as span:
         if span.is_recording():
@@ -133,6 +160,57 @@ def finish_memory_span(span: Span, event: TraceEvent, query: str | None = None) 
             {"id": eff.item_id, "content": eff.content_after or eff.content_before} for eff in event.effects
         ]
         span.set_attribute("gen_ai.memory.records", json.dumps(records, ensure_ascii=False))
+    if event.status != "ok":
+        span.set_status(Status(StatusCode.ERROR, event.error or event.status))
+        span.set_attribute("error.type", (event.error or "error").split(":", 1)[0][:100])
+
+
+@contextlib.contextmanager
+def chat_span(model: str, provider: str) -> Iterator[Span]:
+    """A ``chat {model}`` span (GenAI conventions) around one chat call; memory calls made
+    while serving it become its children."""
+    if not _tracing():
+        yield trace.INVALID_SPAN
+        return
+    with tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT) as span:
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.provider.name": provider,
+                    "gen_ai.request.model": model,
+                    "openinference.span.kind": "LLM",
+                }
+            )
+        yield span
+
+
+def finish_chat_span(span: Span, event: TraceEvent) -> None:
+    """Put token usage, time to first chunk and the decomposition on a chat span."""
+    if not span.is_recording():
+        return
+    span.set_attribute("memtap.event_id", event.id)
+    span.set_attributes(_context_attributes(event.context))
+    result = event.result if isinstance(event.result, dict) else {}
+    attrs: dict[str, Any] = {}
+    if isinstance(result.get("model"), str):
+        attrs["gen_ai.response.model"] = result["model"]
+    if isinstance(result.get("id"), str):
+        attrs["gen_ai.response.id"] = result["id"]
+    finish = result.get("finish_reasons")
+    if isinstance(finish, list) and finish:
+        attrs["gen_ai.response.finish_reasons"] = [str(f) for f in finish]
+    if event.input_tokens is not None:
+        attrs["gen_ai.usage.input_tokens"] = event.input_tokens
+    if event.output_tokens is not None:
+        attrs["gen_ai.usage.output_tokens"] = event.output_tokens
+    if event.ttft_ms is not None:
+        attrs["gen_ai.response.time_to_first_chunk"] = event.ttft_ms / 1000
+    for name in ("ttft_ms", "memory_ms", "backend_ms", "overhead_ms", "total_ms"):
+        value = getattr(event, name)
+        if value is not None:
+            attrs[f"memtap.{name}"] = value
+    span.set_attributes(attrs)
     if event.status != "ok":
         span.set_status(Status(StatusCode.ERROR, event.error or event.status))
         span.set_attribute("error.type", (event.error or "error").split(":", 1)[0][:100])

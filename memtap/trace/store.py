@@ -41,6 +41,17 @@ def _json(value: Any) -> str | None:
         return json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str)
 
 
+_EVENT_COLUMNS = (
+    "id, started_at, ended_at, front_door, backend, tool, op, status, error, principal, namespace,"
+    " requester, run_id, episode, session, turn, role, client, upstream, context, arguments, result,"
+    " backend_ms, overhead_ms, gate, total_ms, parent_id, model, provider, input_tokens, output_tokens,"
+    " ttft_ms, memory_ms, links"
+)
+_INSERT_EVENT = (
+    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({','.join('?' * len(_EVENT_COLUMNS.split(',')))})"
+)
+
+
 def _tags_json(tags: AccessTags | None) -> str | None:
     return None if tags is None else tags.model_dump_json()
 
@@ -125,6 +136,15 @@ class TraceStore:
                     event.backend_ms,
                     event.overhead_ms,
                     event.gate,
+                    event.total_ms,
+                    event.parent_id,
+                    event.model,
+                    event.provider,
+                    event.input_tokens,
+                    event.output_tokens,
+                    event.ttft_ms,
+                    event.memory_ms,
+                    _json(event.links) if event.links else None,
                 )
             )
             for seq, eff in enumerate(event.effects):
@@ -151,7 +171,7 @@ class TraceStore:
         conn = self.db.conn
         try:
             with immediate_transaction(self.db):
-                conn.executemany(f"INSERT INTO events VALUES ({','.join('?' * 25)})", event_rows)
+                conn.executemany(_INSERT_EVENT, event_rows)
                 conn.executemany(f"INSERT INTO effects VALUES ({','.join('?' * 13)})", effect_rows)
                 for args in materialise:
                     self._materialise(conn, *args)
@@ -249,12 +269,19 @@ class TraceStore:
         namespace: str | None = None,
         run: str | None = None,
         session: str | None = None,
+        parent_id: str | None = None,
         after_id: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[TraceEvent]:
         where, args = [], []
-        for column, value in (("op", op), ("namespace", namespace), ("run_id", run), ("session", session)):
+        for column, value in (
+            ("op", op),
+            ("namespace", namespace),
+            ("run_id", run),
+            ("session", session),
+            ("parent_id", parent_id),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -329,6 +356,15 @@ class TraceStore:
                 status=row["status"],
                 error=row["error"],
                 gate=row["gate"],
+                total_ms=row["total_ms"],
+                parent_id=row["parent_id"],
+                model=row["model"],
+                provider=row["provider"],
+                input_tokens=row["input_tokens"],
+                output_tokens=row["output_tokens"],
+                ttft_ms=row["ttft_ms"],
+                memory_ms=row["memory_ms"],
+                links=_load(row["links"]) or [],
             )
             for row in rows
         ]

@@ -62,8 +62,9 @@ class Recorder:
         self.durable = durable
         self.batch_size = batch_size
         self.retry_for_s = retry_for_s
-        # Outside durable mode the writer waits this long for more events before a commit, so a
-        # busy proxy writes few large batches instead of competing with requests on every call.
+        # After writing a batch, let the next one gather this long (never in durable mode):
+        # one wake-up and one commit for many events instead of one per event, which keeps the
+        # writer thread from taking the GIL from the event loop after every call.
         self.linger_s = 0.0 if durable else linger_s
         self.stats = RecorderStats()
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
@@ -157,11 +158,9 @@ class Recorder:
                 stopping = True
             else:
                 batch.append(first)  # type: ignore[arg-type]
-            deadline = time.monotonic() + self.linger_s
             while len(batch) < self.batch_size and not stopping:
-                wait = deadline - time.monotonic()
                 try:
-                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if item is _STOP:
@@ -173,6 +172,8 @@ class Recorder:
                     self._write(batch)
                 except Exception:  # never let the writer die: later events must still be written
                     log.exception("recorder: unexpected failure writing a batch")
+            if self.linger_s and not stopping:
+                self._closing.wait(self.linger_s)
 
     def _write(self, batch: list[tuple[TraceEvent, Future[None]]]) -> None:
         try:

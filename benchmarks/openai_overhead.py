@@ -1,0 +1,285 @@
+"""What memtap's OpenAI-compatible proxy adds to a chat call, against the same upstream called directly.
+
+One run: a local OpenAI-compatible upstream (fast, deterministic: tests/fake_openai.py in a
+process of its own) called directly and through ``memtap serve --config`` with memory
+``off``, with memory ``auto`` (search, inject, capture on the builtin backend; 50 namespaces
+seeded with 100 memories each, a different question each call), and through
+memtap's litellm path; non-streaming and 20-chunk streaming; sequential (direct and proxied
+calls interleaved, so drift hits both alike) and 32 concurrent. Prints median and p99
+latency, what memtap adds to them, time to first token and what memtap adds to it, and
+requests per second at 32 concurrent.
+
+    .venv/bin/python benchmarks/openai_overhead.py [--sequential 400] [--concurrent 1600]
+
+Everything runs on this machine (loopback only); the client is aiohttp in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from memtap.cli.demo import free_port  # noqa: E402
+
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Say hello [chunks 20]"},
+]
+
+
+def wait_for(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{url} did not answer within {timeout:.0f} s")
+
+
+NAMESPACES = 50
+NAMES = ["Ana", "Ben", "Chen", "Dita", "Emre", "Fatima", "Gus", "Hana", "Ivo", "Jun"]
+THINGS = ["green tea", "the FitLife gym", "jazz records", "Lyon", "peanut allergy", "chess", "a red bike",
+          "sourdough", "the night shift", "Python"]  # fmt: skip
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+
+
+async def seed_memories(db: Path, per_namespace: int = 100) -> None:
+    """Give every benchmark namespace ``per_namespace`` distinct memories, written by the
+    builtin backend itself before memtap starts on the same file."""
+    from memtap.adapters.builtin import BuiltinBackend
+    from memtap.trace.models import Provenance, Role
+
+    backend = BuiltinBackend(db)
+    for ns in range(NAMESPACES):
+        for i in range(per_namespace):
+            text = (f"{NAMES[i % 10]} mentioned {THINGS[(i // 10) % 10]} on a {DAYS[(i + ns) % 7]} "
+                    f"(note {ns}-{i})")  # fmt: skip
+            await backend.add(f"user-{ns}", text, provenance=Provenance(session="seed", role=Role.USER))
+    await backend.close()
+
+
+def auto_body(i: int, stream: bool) -> bytes:
+    """A different question (and so a different captured turn) from one of the namespaces."""
+    text = f"What did {NAMES[i % 10]} say about {THINGS[(i // 7) % 10]}? (ask {i}) [chunks 20]"
+    return body_for("fake-auto", stream, text, user=f"user-{i % NAMESPACES}")
+
+
+def start_processes(workdir: Path, procs: list[subprocess.Popen[bytes]]) -> tuple[str, str]:
+    """Start the upstream and memtap (appended to ``procs`` as they start, for the caller to stop)."""
+    up_port, memtap_port = free_port(), free_port()
+    upstream = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), str(up_port)])
+    procs.append(upstream)
+    wait_for(f"http://127.0.0.1:{up_port}/healthz", upstream)
+    base = f"http://127.0.0.1:{up_port}/v1"
+    params = {"model": "openai/fake-1", "api_base": base, "api_key": "sk-local"}
+    config = {
+        "model_list": [
+            {"model_name": "fake-1", "litellm_params": params},
+            {"model_name": "fake-auto", "litellm_params": params},
+            {"model_name": "fake-litellm", "litellm_params": params},
+        ],
+        "memtap": {
+            "memory": "off",
+            "routes": {"fake-auto": {"memory": "auto"}, "fake-litellm": {"via": "litellm"}},
+        },
+    }
+    path = workdir / "memtap.yaml"
+    path.write_text(json.dumps(config))
+    memtap = subprocess.Popen(
+        [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{memtap_port}",
+         "--db", str(workdir / "bench.db"), "--config", str(path)],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    procs.append(memtap)
+    wait_for(f"http://127.0.0.1:{memtap_port}/healthz", memtap)
+    return base, f"http://127.0.0.1:{memtap_port}/v1"
+
+
+async def call(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> tuple[float, float]:
+    """(total seconds, seconds to the first content token)."""
+    t0 = time.perf_counter()
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+        if response.status != 200:
+            raise SystemExit(f"{url} answered {response.status}: {await response.text()}")
+        if not stream:
+            await response.read()
+            total = time.perf_counter() - t0
+            return total, total
+        first = None
+        async for chunk in response.content.iter_any():
+            if first is None and b'"content":"chunk' in chunk:
+                first = time.perf_counter() - t0
+        return time.perf_counter() - t0, first or 0.0
+
+
+def body_for(model: str, stream: bool, text: str | None = None, user: str = "bench") -> bytes:
+    messages = MESSAGES if text is None else [MESSAGES[0], {"role": "user", "content": text}]
+    request: dict[str, Any] = {"model": model, "messages": messages, "user": user}
+    if stream:
+        request["stream"] = True
+    return json.dumps(request).encode()
+
+
+Body = Callable[[int], bytes]
+
+
+async def sequential(
+    session: aiohttp.ClientSession, targets: dict[str, tuple[str, Body]], n: int, stream: bool
+) -> dict[str, list[tuple[float, float]]]:
+    """Interleaved: each round calls every target once, in a rotating order."""
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
+    names = list(targets)
+    for i in range(n):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            url, body = targets[name]
+            samples[name].append(await call(session, url, body(i), stream))
+    return samples
+
+
+async def concurrent(
+    session: aiohttp.ClientSession, url: str, body: Body, total: int, stream: bool, width: int = 32
+) -> tuple[float, list[float]]:
+    """(requests per second, latencies) with ``width`` requests in flight."""
+    latencies: list[float] = []
+    queue = iter(range(total))
+
+    async def worker() -> None:
+        for i in queue:
+            latencies.append((await call(session, url, body(10_000 + i), stream))[0])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(width)))
+    return total / (time.perf_counter() - t0), latencies
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def fixed(model: str, stream: bool) -> Body:
+    body = body_for(model, stream)
+    return lambda _: body
+
+
+async def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        await seed_memories(Path(tmp) / "bench.db")
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            direct, memtap = start_processes(Path(tmp), procs)
+            chat = f"{memtap}/chat/completions"
+            connector = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                # Warm up every path (litellm imports on first use).
+                for stream in (False, True):
+                    for i in range(20):
+                        await call(session, f"{direct}/chat/completions", body_for("fake-1", stream), stream)
+                        await call(session, chat, auto_body(20_000 + i, stream), stream)
+                        for model in ("fake-1", "fake-litellm"):
+                            await call(session, chat, body_for(model, stream), stream)
+                rows = []
+                for stream in (False, True):
+                    kind = "stream 20" if stream else "non-stream"
+                    targets: dict[str, tuple[str, Body]] = {
+                        "direct": (f"{direct}/chat/completions", fixed("fake-1", stream)),
+                        "memtap off": (chat, fixed("fake-1", stream)),
+                        "memtap auto": (chat, lambda i, s=stream: auto_body(i, s)),
+                    }
+                    seq = await sequential(session, targets, args.sequential, stream)
+                    litellm_target = (chat, fixed("fake-litellm", stream))
+                    seq_litellm = await sequential(
+                        session,
+                        {"direct": targets["direct"], "via litellm": litellm_target},
+                        args.sequential // 4,
+                        stream,
+                    )
+                    base_total = [t for t, _ in seq["direct"]]
+                    base_first = [f for _, f in seq["direct"]]
+                    results = {**seq, "via litellm": seq_litellm["via litellm"]}
+                    for name, samples in results.items():
+                        url, body = targets.get(name, litellm_target)
+                        total = args.concurrent if name != "via litellm" else args.concurrent // 4
+                        rps, conc = await concurrent(session, url, body, total, stream)
+                        totals = [t for t, _ in samples]
+                        firsts = [f for _, f in samples]
+                        rows.append({
+                            "path": name, "kind": kind,
+                            "p50": pct(totals, 0.5), "p99": pct(totals, 0.99),
+                            "add50": pct(totals, 0.5) - pct(base_total, 0.5),
+                            "add99": pct(totals, 0.99) - pct(base_total, 0.99),
+                            "ttft": pct(firsts, 0.5) if stream else None,
+                            "addttft": pct(firsts, 0.5) - pct(base_first, 0.5) if stream else None,
+                            "rps": rps, "c50": pct(conc, 0.5), "c99": pct(conc, 0.99),
+                        })  # fmt: skip
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=30)
+    print_table(rows, args)
+
+
+def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    def f(value: float | None) -> str:
+        return "" if value is None else f"{value:.3f}"
+
+    print(f"memtap OpenAI proxy overhead ({os.cpu_count()} cores; sequential n={args.sequential} per path, "
+          f"{args.concurrent} calls at 32 concurrent; litellm path n/4; times in ms)")  # fmt: skip
+    header = [
+        "path",
+        "kind",
+        "p50",
+        "p99",
+        "+p50",
+        "+p99",
+        "ttft p50",
+        "+ttft",
+        "req/s @32",
+        "p50 @32",
+        "p99 @32",
+    ]
+    table = [header] + [
+        [r["path"], r["kind"], f(r["p50"]), f(r["p99"]), f(r["add50"]), f(r["add99"]), f(r["ttft"]),
+         f(r["addttft"]), f"{r['rps']:.0f}", f(r["c50"]), f(r["c99"])]
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for index, row in enumerate(table):
+        print(
+            "  ".join(cell.rjust(widths[i]) if i > 1 else cell.ljust(widths[i]) for i, cell in enumerate(row))
+        )
+        if index == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sequential", type=int, default=400, help="sequential calls per path and kind")
+    parser.add_argument(
+        "--concurrent", type=int, default=1600, help="calls at 32 concurrent per path and kind"
+    )
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""Upstream LLM clients: a fast pass-through for OpenAI-compatible servers, litellm for the rest.
+
+A model alias from ``model_list`` resolves to an :class:`Upstream`. Providers that speak
+the OpenAI HTTP API themselves (``openai``, ``hosted_vllm``, ``lm_studio``, ...) go
+through :class:`PassThrough`: the request body is sent as it came (only the model name
+rewritten when the alias differs) over one pooled aiohttp session, and the response
+bytes come back untouched, streamed chunks as they arrive. Every other provider goes
+through :class:`LiteLLMClient`, which imports litellm on first use only (it takes seconds
+and tries the network unless ``LITELLM_LOCAL_MODEL_COST_MAP`` is set, which we set).
+
+Failures become :class:`UpstreamError` with the HTTP status and OpenAI error body the
+caller should get: 502 when the upstream cannot be reached or breaks off, 504 when it
+times out, and the upstream's own status and body when it answers with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from memtap.config import ModelEntry, RouteSettings, resolve_secret
+from memtap.errors import ConfigError, ProxyError
+
+__all__ = [
+    "OPENAI_COMPATIBLE",
+    "REQUEST_DEFAULTS",
+    "LiteLLMClient",
+    "ModelRouter",
+    "PassThrough",
+    "Upstream",
+    "UpstreamError",
+    "error_body",
+]
+
+# litellm provider prefixes whose servers speak the OpenAI HTTP API as it is.
+OPENAI_COMPATIBLE = frozenset(
+    {"openai", "hosted_vllm", "custom_openai", "openai_like", "lm_studio", "llamafile", "sglang"}
+)
+OPENAI_API_BASE = "https://api.openai.com/v1"
+# litellm_params that are chat request parameters: on the pass-through path they fill in
+# what the caller did not set. LiteLLM's own keys (rpm, weight, drop_params, ...) are not
+# sent to an OpenAI-compatible server, which may refuse unknown fields.
+REQUEST_DEFAULTS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "n",
+        "response_format",
+        "reasoning_effort",
+        "logit_bias",
+        "parallel_tool_calls",
+    }
+)
+
+
+def error_body(message: str, type_: str, code: str | int | None = None, param: str | None = None) -> bytes:
+    """An OpenAI error body."""
+    return json.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}}).encode()
+
+
+class UpstreamError(ProxyError):
+    """The upstream failed; ``status`` and ``body`` are what the caller gets."""
+
+    def __init__(
+        self, status: int, message: str, *, type_: str = "upstream_error", body: bytes | None = None
+    ):
+        super().__init__(message)
+        self.status = status
+        self.body = body if body is not None else error_body(message, type_, code=status)
+
+
+@dataclass
+class Upstream:
+    """One deployment behind a model alias."""
+
+    alias: str
+    provider: str
+    model: str
+    via: Literal["passthrough", "litellm"]
+    api_base: str | None
+    api_key: str | None
+    timeout: float
+    stream_timeout: float
+    defaults: dict[str, Any] = field(default_factory=dict)
+    litellm_params: dict[str, Any] = field(default_factory=dict)
+    memory: str | None = None
+
+    def key(self) -> str | None:
+        """The API key, resolving ``os.environ/NAME`` now (the variable may be set after start)."""
+        return resolve_secret(self.api_key, f"model {self.alias!r}: api_key")
+
+    def url(self, path: str) -> str:
+        return (self.api_base or OPENAI_API_BASE).rstrip("/") + path
+
+    def prepare(self, request: dict[str, Any], raw: bytes, *, changed: bool = False) -> bytes:
+        """The body to send upstream: the caller's bytes, unless the request was ``changed``
+        (memories injected) or the model name or request defaults differ."""
+        missing = {k: v for k, v in self.defaults.items() if k not in request}
+        if not changed and request.get("model") == self.model and not missing:
+            return raw
+        return json.dumps({**missing, **request, "model": self.model}, ensure_ascii=False).encode()
+
+
+def upstream_from_entry(entry: ModelEntry, route: RouteSettings | None, default_timeout: float) -> Upstream:
+    params = entry.litellm_params
+    provider = params.provider
+    via = route.via if route is not None else "auto"
+    if via == "auto":
+        via = "passthrough" if provider in OPENAI_COMPATIBLE else "litellm"
+    if via == "passthrough" and provider != "openai" and not params.api_base:
+        raise ConfigError(f"model {entry.model_name!r}: provider {provider} needs api_base for pass-through")
+    extra = params.model_extra or {}
+    timeout = params.timeout or default_timeout
+    return Upstream(
+        alias=entry.model_name,
+        provider=provider,
+        model=params.upstream_model,
+        via=via,
+        api_base=params.api_base,
+        api_key=params.api_key,
+        timeout=timeout,
+        stream_timeout=params.stream_timeout or timeout,
+        defaults={k: v for k, v in extra.items() if k in REQUEST_DEFAULTS},
+        litellm_params=params.model_dump(exclude_none=True),
+        memory=route.memory if route is not None else None,
+    )
+
+
+class ModelRouter:
+    """Model aliases to deployments; several deployments of one alias take turns."""
+
+    def __init__(
+        self, entries: list[ModelEntry], routes: dict[str, RouteSettings], default_timeout: float
+    ) -> None:
+        grouped: dict[str, list[Upstream]] = {}
+        for entry in entries:
+            upstream = upstream_from_entry(entry, routes.get(entry.model_name), default_timeout)
+            grouped.setdefault(entry.model_name, []).append(upstream)
+        self.aliases = list(grouped)
+        self._cycles: dict[str, Iterator[Upstream]] = {k: itertools.cycle(v) for k, v in grouped.items()}
+        self.needs_litellm = any(u.via == "litellm" for group in grouped.values() for u in group)
+
+    def get(self, alias: str) -> Upstream | None:
+        cycle = self._cycles.get(alias)
+        return next(cycle) if cycle is not None else None
+
+
+def _http_error(status: int, body: bytes) -> UpstreamError:
+    """An upstream's own error answer, passed on: its status, and its body if it is an OpenAI error."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        message = str(parsed["error"].get("message") or f"upstream answered {status}")
+        return UpstreamError(status, message, body=body)
+    text = body.decode("utf-8", "replace").strip()[:500]
+    return UpstreamError(
+        status, f"upstream answered {status}: {text}" if text else f"upstream answered {status}"
+    )
+
+
+class PassThrough:
+    """OpenAI-compatible upstreams over one pooled aiohttp session."""
+
+    def __init__(self, connect_timeout: float = 10.0) -> None:
+        self.connect_timeout = connect_timeout
+        self._session: Any = None
+
+    async def start(self) -> None:
+        import aiohttp
+
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _headers(self, upstream: Upstream, stream: bool) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        if stream:
+            headers["Accept"] = "text/event-stream"
+        try:
+            key = upstream.key()
+        except ConfigError as exc:
+            raise UpstreamError(500, str(exc), type_="server_error") from None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    async def _post(self, upstream: Upstream, path: str, body: bytes, stream: bool) -> Any:
+        import aiohttp
+
+        if self._session is None:
+            await self.start()
+        timeout = (
+            aiohttp.ClientTimeout(total=None, connect=self.connect_timeout, sock_read=upstream.stream_timeout)
+            if stream
+            else aiohttp.ClientTimeout(total=upstream.timeout, connect=self.connect_timeout)
+        )
+        try:
+            return await self._session.post(
+                upstream.url(path), data=body, headers=self._headers(upstream, stream), timeout=timeout
+            )
+        except TimeoutError:
+            raise UpstreamError(504, f"upstream {upstream.alias!r} timed out", type_="timeout") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(502, f"cannot reach upstream {upstream.alias!r}: {exc}") from None
+
+    async def request(self, upstream: Upstream, path: str, body: bytes) -> tuple[int, bytes, str]:
+        """One non-streaming call: status, body bytes, content type (error answers raise)."""
+        import aiohttp
+
+        response = await self._post(upstream, path, body, stream=False)
+        try:
+            data = await response.read()
+        except TimeoutError:
+            raise UpstreamError(504, f"upstream {upstream.alias!r} timed out", type_="timeout") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(502, f"upstream {upstream.alias!r} broke off: {exc}") from None
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise _http_error(response.status, data)
+        return response.status, data, response.headers.get("Content-Type", "application/json")
+
+    @contextlib.asynccontextmanager
+    async def stream(self, upstream: Upstream, path: str, body: bytes) -> AsyncIterator[AsyncIterator[bytes]]:
+        """A streaming call: yields the response body's chunks as they arrive.
+
+        An error answer raises before anything is yielded; a failure mid-stream raises
+        UpstreamError from the iterator. Leaving early closes the upstream connection,
+        which cancels the upstream's generation.
+        """
+        import aiohttp
+
+        response = await self._post(upstream, path, body, stream=True)
+        try:
+            if response.status >= 400:
+                raise _http_error(response.status, await response.read())
+
+            async def chunks() -> AsyncIterator[bytes]:
+                try:
+                    async for chunk in response.content.iter_any():
+                        yield chunk
+                except TimeoutError:
+                    raise UpstreamError(504, f"upstream {upstream.alias!r} stalled mid-stream") from None
+                except aiohttp.ClientError as exc:
+                    raise UpstreamError(
+                        502, f"upstream {upstream.alias!r} broke off mid-stream: {exc}"
+                    ) from None
+
+            yield chunks()
+        finally:
+            if response.content.at_eof():
+                response.release()
+            else:
+                response.close()
+
+
+# Request fields litellm would read as connection settings or credentials. A caller must not
+# be able to send memtap's configured keys to a server of its choosing, so they are dropped.
+_NOT_FROM_CALLERS = frozenset(
+    {
+        "api_base",
+        "base_url",
+        "api_key",
+        "api_version",
+        "custom_llm_provider",
+        "organization",
+        "extra_headers",
+        "headers",
+        "client",
+        "mock_response",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "aws_region_name",
+        "aws_profile_name",
+        "vertex_project",
+        "vertex_location",
+        "vertex_credentials",
+        "azure_ad_token",
+        "litellm_logging_obj",
+    }
+)
+
+
+def _import_litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_LOG", "ERROR")
+    import litellm
+
+    litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def _litellm_error(exc: Exception, upstream: Upstream) -> UpstreamError:
+    status = getattr(exc, "status_code", None)
+    message = str(getattr(exc, "message", None) or exc)
+    if isinstance(exc, asyncio.TimeoutError) or type(exc).__name__ == "Timeout":
+        return UpstreamError(504, f"upstream {upstream.alias!r} timed out: {message}", type_="timeout")
+    if isinstance(status, int) and 400 <= status < 600:
+        return UpstreamError(status, message)
+    return UpstreamError(502, f"upstream {upstream.alias!r} failed: {message}")
+
+
+class LiteLLMClient:
+    """Providers that do not speak the OpenAI API, translated by litellm (imported on first use)."""
+
+    def __init__(self) -> None:
+        self._litellm: Any = None
+
+    def load(self) -> Any:
+        if self._litellm is None:
+            self._litellm = _import_litellm()
+        return self._litellm
+
+    def _kwargs(self, upstream: Upstream, request: dict[str, Any]) -> dict[str, Any]:
+        params = {k: v for k, v in upstream.litellm_params.items() if k not in {"rpm", "tpm"}}
+        try:
+            params["api_key"] = upstream.key()
+        except ConfigError as exc:
+            raise UpstreamError(500, str(exc), type_="server_error") from None
+        if params["api_key"] is None:
+            del params["api_key"]
+        params.setdefault("timeout", upstream.timeout)
+        safe = {k: v for k, v in request.items() if k not in _NOT_FROM_CALLERS}
+        return {**safe, **params}
+
+    async def chat(self, upstream: Upstream, request: dict[str, Any]) -> bytes:
+        litellm = self.load()
+        try:
+            response = await litellm.acompletion(**self._kwargs(upstream, {**request, "stream": False}))
+        except Exception as exc:
+            raise _litellm_error(exc, upstream) from None
+        return json.dumps(response.model_dump(exclude_none=True), ensure_ascii=False).encode()
+
+    async def chat_stream(self, upstream: Upstream, request: dict[str, Any]) -> AsyncIterator[bytes]:
+        """Server-sent events in OpenAI's format, ``[DONE]`` last; raises before the first event
+        when the call fails to start."""
+        litellm = self.load()
+        try:
+            response = await litellm.acompletion(**self._kwargs(upstream, {**request, "stream": True}))
+        except Exception as exc:
+            raise _litellm_error(exc, upstream) from None
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response:
+                    data = chunk.model_dump_json(exclude_none=True)
+                    yield b"data: " + data.encode() + b"\n\n"
+            except Exception as exc:
+                raise _litellm_error(exc, upstream) from None
+            yield b"data: [DONE]\n\n"
+
+        return events()
+
+    async def embed(self, upstream: Upstream, request: dict[str, Any]) -> bytes:
+        litellm = self.load()
+        try:
+            response = await litellm.aembedding(**self._kwargs(upstream, request))
+        except Exception as exc:
+            raise _litellm_error(exc, upstream) from None
+        return json.dumps(response.model_dump(exclude_none=True), ensure_ascii=False).encode()

@@ -1,0 +1,48 @@
+"""Which memory backend a process runs: ``memtap.backend`` in the config file.
+
+``builtin`` is memtap's embedded store. ``mcp:NAME`` is a server from ``mcpServers``
+wrapped by the upstream MCP proxy; a build that has that proxy registers a factory
+for ``mcp`` in :data:`BACKENDS`, and until then the name is a clear ConfigError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from memtap.adapters.base import MemoryBackend
+from memtap.adapters.builtin import BuiltinBackend
+from memtap.config import ConfigFile
+from memtap.errors import ConfigError
+
+__all__ = ["BACKENDS", "BackendFactory", "check_backend", "open_backend"]
+
+# kind -> factory(name, config, db path); ``builtin`` takes no name.
+BackendFactory = Callable[[str, ConfigFile, Path], MemoryBackend]
+BACKENDS: dict[str, BackendFactory] = {"builtin": lambda _name, _config, db: BuiltinBackend(db)}
+
+
+def check_backend(config: ConfigFile) -> None:
+    """Raise the ConfigError :func:`open_backend` would, without opening anything."""
+    kind, _, name = config.memtap.backend.partition(":")
+    if kind not in BACKENDS:
+        _unavailable(config.memtap.backend, kind, name)
+
+
+def open_backend(config: ConfigFile, db: Path) -> MemoryBackend:
+    spec = config.memtap.backend
+    kind, _, name = spec.partition(":")
+    factory = BACKENDS.get(kind)
+    if factory is None:
+        _unavailable(spec, kind, name)
+    return factory(name, config, db)
+
+
+def _unavailable(spec: str, kind: str, name: str) -> NoReturn:
+    if kind == "mcp":
+        raise ConfigError(
+            f"memtap.backend {spec!r} needs the upstream MCP proxy (a wrapped mcpServers.{name}), "
+            "which this build of memtap does not have yet; use backend: builtin"
+        )
+    raise ConfigError(f"unknown memtap.backend {spec!r}; use builtin or mcp:NAME")

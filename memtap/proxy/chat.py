@@ -1,0 +1,347 @@
+"""``POST /v1/chat/completions``: forward a chat call, record it, optionally act as its memory.
+
+Hot path: the body is parsed once (model, stream flag, messages), sent upstream as it
+came unless memory was injected or the model renamed, and the answer goes back as the
+upstream's bytes: whole, or for a stream chunk by chunk as they arrive, cut only at
+event boundaries so an error event can always follow cleanly. Parsing the answer for
+the trace (content, tool calls, usage, time to first token) and capturing memories
+happen after the caller has its last byte.
+
+Latency decomposition recorded on the ``chat`` event (milliseconds, monotonic clock,
+from the moment the request reached the endpoint):
+
+- ``memory_ms``: searching memory and building the injected message (``auto`` mode);
+- ``backend_ms``: the upstream model, from sending the request to its last byte;
+- ``ttft_ms``: until the first content or tool-call token was sent on (non-streaming:
+  until the answer was sent);
+- ``total_ms``: until the caller had the last byte;
+- ``overhead_ms``: what memtap itself added, ``total - backend - memory``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, Upstream, UpstreamError, error_body
+from memtap.errors import InvalidArguments
+from memtap.proxy.context import build_context, fields_from_headers
+from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
+from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
+from memtap.proxy.memory_layer import MemoryLayer, Recall
+from memtap.proxy.sse import complete_prefix, summarise_stream
+from memtap.trace.calls import CallRecord, recorded_call
+from memtap.trace.models import Context, Op
+from memtap.trace.writer import Recorder
+
+__all__ = ["MEMORY_HEADER", "ChatProxy", "context_layers"]
+
+MEMORY_HEADER = "x-memtap-memory"
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def context_layers(request: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[dict[str, Any], ...]:
+    """Context sources, weakest first: the request's ``user`` field names the namespace, and
+    ``X-Memtap-*`` headers (namespace included) override it."""
+    user = request.get("user")
+    base = {"namespace": user} if isinstance(user, str) and user else {}
+    return (base, fields_from_headers(headers))
+
+
+def _validate(request: dict[str, Any]) -> str:
+    model = request.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestProblem(
+            400, "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
+        )
+    messages = request.get("messages")
+    if messages is None:
+        raise RequestProblem(
+            400,
+            "Missing required parameter: 'messages'.",
+            param="messages",
+            code="missing_required_parameter",
+        )
+    if not isinstance(messages, list) or not messages:
+        raise RequestProblem(400, "'messages' must be a non-empty array.", param="messages")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestProblem(400, f"messages[{index}] must be an object with a 'role'.", param="messages")
+    if "stream" in request and not isinstance(request["stream"], bool):
+        raise RequestProblem(400, "'stream' must be a boolean.", param="stream")
+    return model
+
+
+@dataclass
+class _Forwarded:
+    sent: list[tuple[float, bytes]] = field(default_factory=list)
+    error: UpstreamError | None = None
+    disconnected: bool = False
+    ended_at: float = 0.0
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class ChatProxy:
+    """The chat completions endpoint (an ASGI app; the principal is in the scope)."""
+
+    def __init__(
+        self,
+        *,
+        router: ModelRouter,
+        passthrough: PassThrough,
+        litellm: LiteLLMClient,
+        memory: MemoryLayer,
+        recorder: Recorder,
+        default_mode: str,
+        max_body_bytes: int,
+        default_principal: str,
+    ) -> None:
+        self.router = router
+        self.passthrough = passthrough
+        self.litellm = litellm
+        self.memory = memory
+        self.recorder = recorder
+        self.default_mode = default_mode
+        self.max_body_bytes = max_body_bytes
+        self.default_principal = default_principal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        t0 = time.perf_counter()
+        principal = scope.get(PRINCIPAL_SCOPE_KEY) or self.default_principal
+        headers = headers_of(scope)
+        problem: RequestProblem | None = None
+        raw, request = b"", {}
+        try:
+            raw = await read_body(scope, receive, self.max_body_bytes)
+            request = parse_object(raw)
+        except RequestProblem as exc:
+            problem = exc
+        model = request.get("model")
+        upstream = self.router.get(model) if isinstance(model, str) else None
+        started = [False]
+        async with recorded_call(
+            self.recorder,
+            tool="chat.completions",
+            op=Op.CHAT,
+            front_door="openai",
+            backend=upstream.via if upstream is not None else "none",
+            arguments=request,
+            fallback_context=lambda: Context(principal=principal, namespace=principal),
+            model=model if isinstance(model, str) else "unknown",
+            provider=upstream.provider if upstream is not None else None,
+            started_at=t0,
+        ) as call:
+            try:
+                if problem is not None:
+                    raise problem
+                _validate(request)
+                if upstream is None:
+                    raise RequestProblem(
+                        404,
+                        f"The model `{model}` does not exist or you do not have access to it.",
+                        param="model",
+                        code="model_not_found",
+                    )
+                layers = context_layers(request, headers)
+                try:
+                    call.context = build_context(
+                        principal=principal, client=headers.get("user-agent"), layers=layers
+                    )
+                except InvalidArguments as exc:
+                    raise RequestProblem(400, str(exc)) from None
+                mode = headers.get(MEMORY_HEADER) or upstream.memory or self.default_mode
+                if mode not in ("off", "auto"):
+                    raise RequestProblem(400, f"X-Memtap-Memory must be off or auto, not {mode!r}")
+                await self._serve(
+                    call, request, raw, upstream, mode, principal, layers, receive, send, started
+                )
+            except (RequestProblem, UpstreamError) as exc:
+                if not started[0]:
+                    started[0] = True
+                    await send_bytes(send, exc.status, exc.body)
+                    call.total_ms = (time.perf_counter() - t0) * 1000
+                raise
+        if not started[0]:  # an unexpected failure, already logged and recorded
+            await send_bytes(send, 500, error_body(f"internal error: {call.error}", "server_error"))
+
+    async def _serve(
+        self,
+        call: CallRecord,
+        request: dict[str, Any],
+        raw: bytes,
+        upstream: Upstream,
+        mode: str,
+        principal: str,
+        layers: tuple[dict[str, Any], ...],
+        receive: Receive,
+        send: Send,
+        started: list[bool],
+    ) -> None:
+        t0 = call.started
+        outgoing, recall = request, Recall()
+        if mode == "auto":
+            outgoing = dict(request)
+            recall = await self.memory.recall(outgoing, principal=principal, layers=layers)
+            call.memory_ms = recall.ms
+            if recall.event_id is not None:
+                call.links.append(recall.event_id)
+        stream = request.get("stream") is True
+        passthrough = upstream.via == "passthrough"
+        body = upstream.prepare(outgoing, raw, changed=bool(recall.memories)) if passthrough else b""
+        reply: str | None = None
+        complete = True
+        if not stream:
+            call.start_backend()
+            if passthrough:
+                status, data, content_type = await self.passthrough.request(
+                    upstream, "/chat/completions", body
+                )
+            else:
+                status, data, content_type = (
+                    200,
+                    await self.litellm.chat(upstream, outgoing),
+                    "application/json",
+                )
+            call.end_backend()
+            started[0] = True
+            await send_bytes(send, status, data, content_type.encode("latin-1"))
+            call.total_ms = call.ttft_ms = (time.perf_counter() - t0) * 1000
+            result = _response_result(data)
+        else:
+            call.start_backend()
+            async with self._open_stream(upstream, outgoing, body) as chunks:
+                started[0] = True
+                await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                forwarded = await self._forward(chunks, receive, send)
+            call.end_backend()
+            call.total_ms = (forwarded.ended_at - t0) * 1000
+            summary = summarise_stream(forwarded.sent)
+            result = summary.result()
+            first = summary.first_token_at or (forwarded.sent[0][0] if forwarded.sent else None)
+            call.ttft_ms = (first - t0) * 1000 if first is not None else None
+            if forwarded.disconnected or forwarded.error is not None:
+                complete = False
+                result["partial"] = True
+                call.error = (
+                    "client disconnected mid-stream" if forwarded.disconnected else str(forwarded.error)
+                )
+        usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
+        if usage is not None:
+            call.input_tokens = usage.get("prompt_tokens")
+            call.output_tokens = usage.get("completion_tokens")
+        if result.get("choices"):
+            reply = result["choices"][0].get("message", {}).get("content")
+        result["memory"] = {"mode": mode}
+        if mode == "auto":
+            result["memory"].update(
+                search_event=recall.event_id,
+                injected=[m.get("id") for m in recall.memories],
+                **({"search_error": recall.error} if recall.error else {}),
+            )
+            if complete:
+                captured = await self.memory.capture(
+                    request, reply, principal=principal, layers=layers, model=upstream.alias
+                )
+                call.links.extend(captured.event_ids)
+                result["memory"].update(
+                    capture_events=captured.event_ids,
+                    captured=captured.item_ids,
+                    capture_errors=captured.errors,
+                )
+        call.value = result
+
+    @contextlib.asynccontextmanager
+    async def _open_stream(
+        self, upstream: Upstream, outgoing: dict[str, Any], body: bytes
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        if upstream.via == "passthrough":
+            async with self.passthrough.stream(upstream, "/chat/completions", body) as chunks:
+                yield chunks
+            return
+        events = await self.litellm.chat_stream(upstream, outgoing)
+        try:
+            yield events
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _forward(self, chunks: AsyncIterator[bytes], receive: Receive, send: Send) -> _Forwarded:
+        """Send chunks on as they arrive, cut at event boundaries; stop when the client leaves."""
+        forwarded = _Forwarded()
+        sent = forwarded.sent
+
+        async def pump() -> None:
+            pending = b""
+            async for chunk in chunks:
+                data = pending + chunk if pending else chunk
+                cut = complete_prefix(data)
+                if cut:
+                    out = data if cut == len(data) else data[:cut]
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    sent.append((time.perf_counter(), out))
+                pending = data[cut:]
+            if pending:  # the upstream's last bytes, as they are
+                await send({"type": "http.response.body", "body": pending, "more_body": True})
+                sent.append((time.perf_counter(), pending))
+
+        pumping = asyncio.ensure_future(pump())
+        watching = asyncio.ensure_future(_wait_disconnect(receive))
+        try:
+            await asyncio.wait((pumping, watching), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (pumping, watching):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(pumping, watching, return_exceptions=True)
+        if not pumping.cancelled() and pumping.exception() is not None:
+            error = pumping.exception()
+            if not isinstance(error, UpstreamError):
+                raise error  # type: ignore[misc]
+            forwarded.error = error
+            event = b"data: " + error.body + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            sent.append((time.perf_counter(), event))
+        elif pumping.cancelled() or not pumping.done():
+            forwarded.disconnected = True
+        if not forwarded.disconnected:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        forwarded.ended_at = time.perf_counter()
+        return forwarded
+
+
+def _response_result(data: bytes) -> dict[str, Any]:
+    """The parts of a chat completion the trace keeps (the whole choices, the usage)."""
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return {"unparsed": data[:2000].decode("utf-8", "replace")}
+    if not isinstance(parsed, dict):
+        return {"unparsed": parsed}
+    choices = parsed.get("choices")
+    if not isinstance(choices, list):
+        choices = []
+    return {
+        "id": parsed.get("id"),
+        "model": parsed.get("model"),
+        "choices": choices,
+        "usage": parsed.get("usage"),
+        "finish_reasons": [
+            c.get("finish_reason") for c in choices if isinstance(c, dict) and c.get("finish_reason")
+        ],
+    }

@@ -1,0 +1,98 @@
+"""Plain ASGI helpers for the OpenAI-compatible front door: bodies, JSON answers, errors.
+
+The front door speaks ASGI directly rather than through a framework's request and
+response objects: on the pass-through path every microsecond is the caller's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from memtap.adapters.llm import error_body
+from memtap.errors import ProxyError
+
+__all__ = ["RequestProblem", "headers_of", "parse_object", "read_body", "send_bytes", "send_problem"]
+
+
+class RequestProblem(ProxyError):
+    """A request the front door refuses, with the HTTP status and OpenAI error it answers."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = error_body(message, type_, code=code, param=param)
+
+
+def headers_of(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The request body, refusing one over ``limit`` bytes (by Content-Length or as it arrives)."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise _too_large(int(value), limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise RequestProblem(499, "the client disconnected before sending the whole body")
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(size, limit)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> RequestProblem:
+    return RequestProblem(
+        413,
+        f"the request body is {size}+ bytes; this server takes at most {limit} bytes (memtap.max_body_bytes)",
+        code="request_too_large",
+    )
+
+
+def parse_object(raw: bytes) -> dict[str, Any]:
+    """A JSON object body, or a 400 saying what is wrong with it."""
+    try:
+        value = json.loads(raw)
+    except UnicodeDecodeError:
+        raise RequestProblem(400, "the request body is not UTF-8 text") from None
+    except ValueError as exc:
+        raise RequestProblem(
+            400, f"We could not parse the JSON body of your request ({exc}). The body must be a JSON object."
+        ) from None
+    if not isinstance(value, dict):
+        raise RequestProblem(400, f"the request body must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_problem(send: Send, status: int, body: bytes) -> None:
+    await send_bytes(send, status, body)

@@ -1,0 +1,227 @@
+"""A small OpenAI-compatible server standing in for a hosted LLM, at the network edge.
+
+Deterministic, and it records what it received so tests can assert on the upstream
+side. What it answers is steered by the last user message:
+
+- ``[tool]``: a tool call (``get_weather`` with ``{"city": "Paris"}``);
+- ``[chunks N]``: stream N content chunks (default 20);
+- ``[status N]``: answer HTTP N with an OpenAI error body;
+- ``[garbage]``: answer 500 with a body that is not JSON;
+- ``[die]``: stream three chunks, then drop the connection mid-event;
+- ``[endless]``: stream until the client goes away, then set ``cancelled``;
+- ``[stall]``: send nothing for ten seconds (to hit a timeout).
+
+Used by the tests (in a thread) and by ``benchmarks/openai_overhead.py`` (as a process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+CREATED = 1_764_460_800
+
+
+def completion_text(n: int) -> list[str]:
+    return [f"chunk-{i} " for i in range(n)]
+
+
+@dataclass
+class FakeState:
+    received: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    record: bool = True
+
+    def reset(self) -> None:
+        self.received.clear()
+        self.headers.clear()
+        self.cancelled.clear()
+
+
+def _last_user(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return ""
+
+
+def _usage(n: int) -> dict[str, int]:
+    return {"prompt_tokens": 11, "completion_tokens": n, "total_tokens": 11 + n}
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    data = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+TOOL_CALL = {
+    "id": "call_fake1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+
+
+def build_app(state: FakeState) -> web.Application:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if state.record:
+            state.received.append(body)
+            state.headers.append(dict(request.headers))
+        text = _last_user(body)
+        model = body.get("model", "fake")
+        if match := re.search(r"\[status (\d+)\]", text):
+            status = int(match.group(1))
+            error = {
+                "message": f"fake upstream error {status}",
+                "type": "fake_error",
+                "param": None,
+                "code": None,
+            }
+            return web.json_response({"error": error}, status=status)
+        if "[garbage]" in text:
+            return web.Response(status=500, text="<html>upstream exploded</html>")
+        if "[stall]" in text:
+            await asyncio.sleep(10)
+        n = int(m.group(1)) if (m := re.search(r"\[chunks (\d+)\]", text)) else 20
+        tool = "[tool]" in text
+        if not body.get("stream"):
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": None if tool else "".join(completion_text(n)),
+            }
+            if tool:
+                message["tool_calls"] = [TOOL_CALL]
+            data = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": CREATED,
+                "model": model,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": "tool_calls" if tool else "stop"}],
+                "usage": _usage(n),
+            }  # fmt: skip
+            return web.Response(body=json.dumps(data, separators=(",", ":")), content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            await response.write(_chunk(model, {"role": "assistant", "content": ""}))
+            if tool:
+                first = {**TOOL_CALL, "function": {"name": "get_weather", "arguments": ""}}
+                await response.write(_chunk(model, {"tool_calls": [{"index": 0, **first}]}))
+                for part in ('{"city"', ': "Paris"}'):
+                    await response.write(
+                        _chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
+                    )
+                await response.write(_chunk(model, {}, "tool_calls"))
+            elif "[endless]" in text:
+                i = 0
+                while True:
+                    await response.write(_chunk(model, {"content": f"more-{i} "}))
+                    i += 1
+                    await asyncio.sleep(0.005)
+            else:
+                for i, piece in enumerate(completion_text(n)):
+                    await response.write(_chunk(model, {"content": piece}))
+                    if "[die]" in text and i == 2:
+                        await response.write(b'data: {"id":"chatcmpl-fake","choi')
+                        assert request.transport is not None
+                        request.transport.abort()
+                        return response
+                await response.write(_chunk(model, {}, "stop"))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                usage = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": CREATED,
+                         "model": model, "choices": [], "usage": _usage(n)}  # fmt: skip
+                await response.write(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            state.cancelled.set()
+            raise
+        return response
+
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await request.json()
+        if state.record:
+            state.received.append(body)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": [float(len(str(t))), 1.0, 0.5]}
+                for i, t in enumerate(inputs)]  # fmt: skip
+        usage = {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}
+        return web.json_response({"object": "list", "data": data, "model": body["model"], "usage": usage})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=64 << 20)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+class FakeUpstream:
+    """The fake server on a free loopback port, in a thread of its own."""
+
+    def __init__(self) -> None:
+        self.state = FakeState()
+        self.port = 0
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="fake-openai", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> FakeUpstream:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the fake OpenAI server did not start")
+        return self
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        runner = web.AppRunner(build_app(self.state), access_log=None, handler_cancellation=True)
+        await runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(runner, sock).start()
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+def main() -> None:
+    """``python fake_openai.py PORT``: serve until killed (for the benchmark)."""
+    state = FakeState(record=False)
+    web.run_app(build_app(state), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()
