@@ -190,13 +190,13 @@ class TraceStore:
         """Apply one effect to the items it touches (``at``, ``tags``, ``derived``: already as text)."""
         key = (event.backend, eff.item_id)
         kind = eff.kind
-        if kind is EffectKind.RETRIEVE:
+        if kind == EffectKind.RETRIEVE:
             conn.execute(
                 "UPDATE items SET retrieved_count = retrieved_count + 1 WHERE backend = ? AND item_id = ?",
                 key,
             )
             return
-        if kind is EffectKind.DELETE:
+        if kind == EffectKind.DELETE:
             row = conn.execute(
                 "SELECT version, valid_to FROM items WHERE backend = ? AND item_id = ?", key
             ).fetchone()
