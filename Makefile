@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 # through memtap's MCP front door, and say where the run is stored.
 demo: $(STAMP)
 	@mkdir -p .demo
+	@echo "== 1. A scripted memory session through memtap's MCP front door: the trace and an item's lineage"
+	$(BIN)/memtap demo --db .demo/memtap-demo.db
+	@echo "== 2. A generated paradigms + permission suite, replayed through the front door"
+	@rm -f .demo/replay.db .demo/replay.db-wal .demo/replay.db-shm
 	$(BIN)/memtap suite gen paradigms --seed 7 --episodes 8 -o .demo/suite-paradigms.jsonl
 	$(BIN)/memtap suite gen permission --seed 7 --episodes 2 -o .demo/suite-permission.jsonl
 	cat .demo/suite-paradigms.jsonl .demo/suite-permission.jsonl > .demo/suite.jsonl
