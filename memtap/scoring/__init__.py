@@ -1,0 +1,1 @@
+"""Scoring replayed runs at three levels (storage, retrieval, answer), profiles and statistics."""
