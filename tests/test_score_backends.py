@@ -102,7 +102,12 @@ def test_a_backend_that_stores_everything_and_never_deletes(tmp_path: Path) -> N
     assert (v["plasticity"], v["stability"]) == (1.0, 0.5)
     assert v["sp_balance"] == pytest.approx(2 / 3, abs=1e-4)
     assert v["f1_pu"] == 1.0
-    assert report["attribution"]["counts"]["over_update"] == {"storage": 0, "retrieval": 0, "answer": 1, "leaked": 0}
+    assert report["attribution"]["counts"]["over_update"] == {
+        "storage": 0,
+        "retrieval": 0,
+        "answer": 1,
+        "leaked": 0,
+    }
 
 
 def test_a_backend_that_overwrites_on_every_new_value(tmp_path: Path) -> None:

@@ -37,7 +37,9 @@ def _session(sid: str, day: int, lines: list[tuple[str, str]], phase: str, **ext
             "turns": turns, **extra}  # fmt: skip
 
 
-def _probe(pid: str, kind: str, question: str, answer: str | None, support: list[str], **extra: Any) -> dict[str, Any]:
+def _probe(
+    pid: str, kind: str, question: str, answer: str | None, support: list[str], **extra: Any
+) -> dict[str, Any]:
     return {"probe_id": pid, "type": kind, "requester": USER, "question": question, "time": _at(30),
             "gold": {"answer": answer, "fields": extra.pop("fields", {})}, "support": support, **extra}  # fmt: skip
 
@@ -136,7 +138,9 @@ class RunWriter:
         self.runs.start_episode(self.run, episode, 1, self.ns(episode), sessions)
 
     def finish(self, episode: str, status: str = "done", error: str | None = None) -> None:
-        self.runs.finish_episode(self.run, episode, 1, status=status, duration_ms=1.0, timings={}, error=error)
+        self.runs.finish_episode(
+            self.run, episode, 1, status=status, duration_ms=1.0, timings={}, error=error
+        )
 
     def _event(self, episode: str, op: Op, effects: list[MemoryEffect], session: str, turn: str,
                requester: str | None = None) -> None:  # fmt: skip
@@ -171,7 +175,9 @@ class RunWriter:
             for rank, i in enumerate(items, 1)
         ]  # fmt: skip
         self._event(episode, Op.RETRIEVE, effects, "probes", probe, requester)
-        kind = next(p.type for e in self.episodes if e.episode_id == episode for p in e.probes if p.probe_id == probe)
+        kind = next(
+            p.type for e in self.episodes if e.episode_id == episode for p in e.probes if p.probe_id == probe
+        )
         self.runs.record_probe(self.run, episode, 1, probe_id=probe, probe_type=kind, requester=requester,
                                answer=answer, retrieved=items, retrieve_ms=1.0, reader_ms=0.1)  # fmt: skip
 

@@ -189,7 +189,8 @@ def _source(probe: Probe, answer: dict[str, Any] | None) -> Verdict:
     gold = probe.gold.fields.source
     if gold is None:
         return Verdict("skip", "no gold source")
-    pred = source_class(_field(answer, "source")) or source_from_text(_text(answer))
+    said = _field(answer, "source")
+    pred = source_class(said) or source_from_text(f"{said or ''} {_text(answer)}")
     ok = _same_source(gold, pred)
     return Verdict("correct" if ok else "incorrect", f"source {pred} vs gold {gold}")
 

@@ -5,10 +5,10 @@ Two views of a text:
 - **tokens** (:func:`tokens`): lower-case words with stop words, the third-person "user" and
   a plural or third-person ``s`` removed, number words as digits; used for coverage between a
   memory item and a gold memory, and for token F1;
-- **values** (:func:`normalise_value`, :func:`value_in`): a short gold value (``"CrossFit
+- **values** (:func:`normalise_value`, :func:`value_match`): a short gold value (``"CrossFit
   Central"``, ``"3 retries"``, ``"9:30 am"``) looked for as a whole phrase, first as it is and
   then after normalisation (lower case, leading articles and copulas, trailing punctuation,
-  time prepositions, thousands separators, number words, and a unit after a number).
+  time prepositions, thousands separators, ordinals, number words, and a unit after a number).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ UNITS = (
 )  # fmt: skip
 _WORD = re.compile(r"[a-z0-9]+(?:[.:'][a-z0-9]+)*")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_ORDINAL = re.compile(r"\b(\d+)(?:st|nd|rd|th)\b")
 _LEADING = re.compile(
     r"^(?:(?:the|a|an|my|our|their|its|his|her|your)\s+(?:[\w'-]+\s+){0,5}?)?"
     r"(?:is|was|are|were|remains|remained|is still|was still)\s+"
@@ -64,7 +65,7 @@ def _fold(text: str) -> str:
 
 
 def _numbers(text: str) -> str:
-    text = _THOUSANDS.sub("", text)
+    text = _ORDINAL.sub(r"\1", _THOUSANDS.sub("", text))
     return re.sub(r"\b(" + "|".join(NUMBER_WORDS) + r")\b", lambda m: NUMBER_WORDS[m.group(1)], text)
 
 
