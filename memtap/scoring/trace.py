@@ -36,7 +36,7 @@ __all__ = [
     "suite_file_sha256",
 ]
 
-PROBE_SESSION = "probes"
+PROBE_SESSION = "probes"  # memtap.probes.replay.PROBE_SESSION: where a probe's memory calls are recorded
 Counts = defaultdict[str, float]
 """Per-episode counts (``capture.tp_pred``, ``recall_n.sum``, ...) that the measures are sums of."""
 
