@@ -196,3 +196,11 @@ def test_unknown_runs_and_missing_databases_are_one_line_errors(tmp_path: Path) 
     missing = run_cli("score", "r", "--db", str(tmp_path / "none.db"))
     assert missing.exit_code == 2 and "no trace database at" in missing.stderr
     assert not (tmp_path / "none.db").exists()
+
+
+def test_every_measure_is_defined_in_the_docs_and_required_by_the_schema() -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "scoring.md").read_text()
+    schema = json.loads(SCHEMA.read_text())
+    names = [m.name for m in HEADLINE]
+    assert schema["properties"]["measures"]["required"] == names
+    assert [name for name in names if f"| `{name}` |" not in docs] == []

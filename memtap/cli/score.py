@@ -96,9 +96,11 @@ def score(
     if as_json:
         click.echo(json.dumps(report))
     else:
-        click.echo(render_score(report, markdown=markdown))
         if not no_store:
-            click.echo(f"\nstored in {resolve_db(db)}: tables scores and alignments (run_id = '{run}')")
+            click.echo(
+                f"score stored in {resolve_db(db)} (tables scores and alignments, run_id = '{run}')", err=True
+            )
+        click.echo(render_score(report, markdown=markdown))
     for warning in report["warnings"]:
         click.echo(f"memtap: warning: {warning}", err=True)
     if strict and report["warnings"]:
