@@ -30,7 +30,10 @@ def test_an_anchored_gold_memory_needs_its_value_and_half_its_words() -> None:
     m = DefaultMatcher()
     memory = gold("The user goes to CrossFit Central.", value="CrossFit Central")
     hit = m.judge("I switched to CrossFit Central.", "k", memory)
-    assert hit.matched and hit.reason.startswith("anchor 'CrossFit Central' present, gold coverage 0.67")
+    assert (
+        hit.matched
+        and hit.reason == "anchor 'CrossFit Central' present; gold coverage 0.67 >= 0.5 (item coverage 0.67)"
+    )
     assert m.judge("I go to FitLife.", "k", memory).reason.startswith("anchor 'CrossFit Central' absent")
     assert not m.judge("Central CrossFit", "k", memory).matched  # the value as a phrase, not its words
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trace_builder import NOISE, PRIVATE, SAY_V0, SAY_V1, RunWriter
+from trace_builder import NOISE, PRIVATE, SAY_V0, SAY_V1, RunWriter, replace_by_new_item
 
 from memtap.scoring.score import score_run, store_score
 from memtap.trace.migrations import MIGRATIONS
@@ -214,3 +214,36 @@ def test_every_alignment_decision_is_stored_with_its_reason(tmp_path: Path) -> N
     reasons = {item: reason for item, key, ok, reason in rows if key is None}
     assert reasons["as01"].startswith("no gold memory matched")
     assert any("anchor 'FitLife' present" in reason for item, _, ok, reason in rows if ok and item == "as00")
+
+
+def test_a_backend_that_edits_by_delete_and_derived_add_like_the_reference_memory_server(
+    tmp_path: Path,
+) -> None:
+    """Observations are replaced, not updated in place: the edit is one removal (the delete and the
+    derived update remove the same observation), the old value is erased, and wrong answers split
+    into storage (erased) and retrieval (stored, searched past) failures."""
+    w = _writer(tmp_path, "graph")
+    w.start("upd", 3)
+    w.add("upd", "s0", "obs_old", SAY_V0)
+    replace_by_new_item(w, "upd", "s2", "obs_old", "obs_new", SAY_V1)
+    w.probe("upd", "p0", ["obs_new"], CV1)
+    w.probe("upd", "p1", ["obs_new"], {"answer": "CrossFit Central"})
+    w.probe("upd", "p2", ["obs_new"], CHANGED)
+    w.finish("upd")
+    w.start("pres", 2)
+    w.add("pres", "s0", "obs_pres", SAY_V0)
+    w.probe("pres", "p0", [], {"answer": "I don't know."})  # a substring search that found nothing
+    w.probe("pres", "p1", [], UNCHANGED)
+    w.finish("pres")
+    _perm(w)
+    w.close()
+    report = _score(tmp_path / "trace.db", "graph")
+    v = _values(report)
+    counts = report["episodes"]["counts"][0]
+    assert (counts["delete.pred"], counts["delete.tp_pred"]) == (1, 1)  # one removal, not two
+    assert (v["add_f1"], v["delete_f1"], v["op_f1"]) == (1.0, 1.0, 1.0)
+    assert v["historical_erasure_rate"] == 1.0 and v["unsafe_deletion_rate"] == 0.0
+    by_level = report["attribution"]["by_level"]
+    assert (by_level["storage"], by_level["retrieval"]) == (1, 1)
+    assert report["attribution"]["counts"]["historical_erasure"]["storage"] == 1  # upd p1: FitLife is gone
+    assert report["attribution"]["counts"]["retrieval_miss"]["retrieval"] == 1  # pres p0: stored, not found

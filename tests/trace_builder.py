@@ -185,3 +185,14 @@ class RunWriter:
         self.runs.end_run(self.run, "completed", {})
         self.trace.close()
         self.runs.close()
+
+
+def replace_by_new_item(w: RunWriter, episode: str, session: str, old: str, new: str, content: str) -> None:
+    """An edit as the reference memory server records it: the old observation deleted, then a new
+    one (another id, its content hash) as an ``update`` whose ``derived_from`` names the old."""
+    before = w._version[old]
+    w.delete(episode, session, old)
+    w._version[new], w._tags[new] = content, w._tags[old]
+    effect = MemoryEffect(kind=EffectKind.UPDATE, item_id=new, content_before=before, content_after=content,
+                          tags_after=w._tags[old], derived_from=[old])  # fmt: skip
+    w._event(episode, Op.UPDATE, [effect], session, f"{session}-t1")

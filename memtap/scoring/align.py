@@ -93,7 +93,10 @@ class DefaultMatcher:
             return Decision(key, False, gcov, icov, f"anchor {missing[0]!r} absent ({cov})")
         if anchors:
             ok = gcov >= ANCHORED_GOLD_COVERAGE
-            rule = f"anchor {anchors[0]!r} present, {cov} {'>=' if ok else '<'} {ANCHORED_GOLD_COVERAGE}"
+            rule = (
+                f"anchor {anchors[0]!r} present; gold coverage {gcov:.2f} {'>=' if ok else '<'} "
+                f"{ANCHORED_GOLD_COVERAGE} (item coverage {icov:.2f})"
+            )
             return Decision(key, ok, gcov, icov, rule)
         ok = gcov >= UNANCHORED_GOLD_COVERAGE and icov >= UNANCHORED_ITEM_COVERAGE
         return Decision(

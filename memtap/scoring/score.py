@@ -28,7 +28,7 @@ from memtap.scoring.stats import RESAMPLES, SEED, bootstrap, resample_weights
 from memtap.scoring.storage import StorageView
 from memtap.scoring.trace import Counts, RunTrace, load_run, new_counts, suite_file_sha256
 
-__all__ = ["FORMAT", "Scored", "latest_score", "score_run", "store_score"]
+__all__ = ["FORMAT", "Scored", "latest_score", "score_run", "score_trace", "store_score"]
 
 FORMAT = "memtap-score/1"
 PermissionJudge = Callable[[Probe, dict[str, Any] | None], tuple[str, str]]
@@ -52,7 +52,7 @@ def _unanswered(record_status: str | None, answer: Any) -> Verdict | None:
 
 def _episode(
     trace: Any, matcher: Matcher, judge: PermissionJudge, answered: bool, attribution: list[dict[str, Any]]
-) -> tuple[Counts, list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[Counts, list[dict[str, Any]], list[dict[str, object]], list[dict[str, Any]]]:
     aligner = Aligner(trace.episode, matcher)
     view = StorageView.build(trace, aligner)
     counts = view.counts
@@ -87,7 +87,7 @@ def _episode(
                 )
         probes.append(row)
     tally_baselines(trace.episode, counts)
-    return counts, probes, describe_rows(aligner.rows)
+    return counts, probes, view.sessions, describe_rows(aligner.rows)
 
 
 def _attribution_table(counts: Counts) -> dict[str, Any]:
@@ -118,9 +118,9 @@ def score_trace(
     wrong: list[dict[str, Any]] = []
     alignments: list[tuple[str, dict[str, Any]]] = []
     for trace in run.episodes:
-        counts, probes, rows = _episode(trace, matcher, judge, answered, wrong)
+        counts, probes, sessions, rows = _episode(trace, matcher, judge, answered, wrong)
         per_episode.append(counts)
-        detail.append({"episode": trace.episode.episode_id, "probes": probes})
+        detail.append({"episode": trace.episode.episode_id, "sessions": sessions, "probes": probes})
         alignments += [(trace.episode.episode_id, r) for r in rows]
     totals: Counts = new_counts()
     for counts in per_episode:
