@@ -204,3 +204,22 @@ def test_every_measure_is_defined_in_the_docs_and_required_by_the_schema() -> No
     names = [m.name for m in HEADLINE]
     assert schema["properties"]["measures"]["required"] == names
     assert [name for name in names if f"| `{name}` |" not in docs] == []
+
+
+def test_a_run_without_answers_is_scored_at_storage_and_retrieval_only(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "trace.db", "quiet", tmp_path / "suite.jsonl", reader="none")
+    w.start("upd", 3)
+    w.add("upd", "s0", "a", SAY_V0)
+    for p in ("p0", "p1", "p2"):
+        w.probe("upd", p, ["a"], None)
+    w.finish("upd")
+    w.close()
+    report = json.loads(run_cli("score", "quiet", "--db", str(tmp_path / "trace.db"), "--json").stdout)
+    m = report["measures"]
+    assert m["capture_recall"]["value"] == 1.0 and m["recall_at_all"]["n"] == 3
+    assert all(
+        m[x.name] == {"value": None, "ci": None, "n": 0} for x in HEADLINE if x.level in ("answer", "profile")
+    )
+    assert report["coverage"]["answers_scored"] is False and report["coverage"]["probes_unanswered"] is None
+    assert any("has no answers (reader none)" in w for w in report["warnings"])
+    assert report["attribution"]["total"] == 0

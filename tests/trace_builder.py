@@ -120,13 +120,20 @@ PRIVATE = AccessTags(owner=USER, visibility="private")
 class RunWriter:
     """Writes one replayed run of :func:`suite` as a backend would have left it."""
 
-    def __init__(self, db: Path, run: str, suite_path: Path, episodes: list[Episode] | None = None) -> None:
+    def __init__(
+        self,
+        db: Path,
+        run: str,
+        suite_path: Path,
+        episodes: list[Episode] | None = None,
+        reader: str = "hand",
+    ) -> None:
         self.run, self.episodes = run, episodes or suite()
         if not suite_path.exists():
             write_suite(self.episodes, suite_path)
         self.trace, self.runs = TraceStore(db), RunStore(db)
         self.runs.create_run(run, suite_path=suite_path, suite_sha256=file_sha256(suite_path),
-                             episodes=self.episodes, target="hand", config={}, reader="hand")  # fmt: skip
+                             episodes=self.episodes, target="hand", config={}, reader=reader)  # fmt: skip
         self.clock = T0
         self._version: dict[str, str] = {}
         self._tags: dict[str, AccessTags] = {}
