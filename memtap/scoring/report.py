@@ -35,7 +35,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool
 
 
 def _heading(text: str, markdown: bool) -> str:
-    return f"\n## {text}\n" if markdown else f"\n{text}"
+    return f"## {text}" if markdown else f"\n{text}"
 
 
 def _baseline_row(name: str, b: dict[str, Any]) -> list[str]:
@@ -126,7 +126,7 @@ def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
     if report["warnings"]:
         parts.append(_heading("Warnings", markdown))
         parts.append("\n".join(f"- {w}" for w in report["warnings"]))
-    return "\n".join(parts)
+    return ("\n\n" if markdown else "\n").join(parts)
 
 
 def render_compare(result: dict[str, Any], *, markdown: bool = False) -> str:
@@ -146,4 +146,4 @@ def render_compare(result: dict[str, Any], *, markdown: bool = False) -> str:
     parts.append("(* the interval excludes 0)")
     for warning in result["warnings"]:
         parts.append(f"- {warning}")
-    return "\n".join(parts)
+    return ("\n\n" if markdown else "\n").join(parts)
