@@ -14,18 +14,20 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # The main job: generate a small paradigms + permission suite, replay it on the embedded backend
-# through memtap's MCP front door, and say where the run is stored.
+# through memtap's MCP front door, and score the run: the table ends the demo.
 demo: $(STAMP)
 	@mkdir -p .demo
 	@echo "== 1. A scripted memory session through memtap's MCP front door: the trace and an item's lineage"
 	$(BIN)/memtap demo --db .demo/memtap-demo.db
 	@echo "== 2. A generated paradigms + permission suite, replayed through the front door"
-	@rm -f .demo/replay.db .demo/replay.db-wal .demo/replay.db-shm
 	$(BIN)/memtap suite gen paradigms --seed 7 --episodes 8 -o .demo/suite-paradigms.jsonl
 	$(BIN)/memtap suite gen permission --seed 7 --episodes 2 -o .demo/suite-permission.jsonl
 	cat .demo/suite-paradigms.jsonl .demo/suite-permission.jsonl > .demo/suite.jsonl
 	$(BIN)/memtap suite stats .demo/suite.jsonl
-	$(BIN)/memtap replay .demo/suite.jsonl --target builtin --workers 2 --db .demo/replay.db
+	rm -f .demo/replay.db .demo/replay.db-wal .demo/replay.db-shm
+	$(BIN)/memtap replay .demo/suite.jsonl --target builtin --workers 2 --run demo --db .demo/replay.db
+	@echo "== 3. Its score: storage, retrieval and answer levels, profiles, failure attribution"
+	$(BIN)/memtap score demo --db .demo/replay.db
 
 lint: $(STAMP)
 	$(BIN)/ruff check memtap tests benchmarks scripts

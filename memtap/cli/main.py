@@ -42,7 +42,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from memtap.cli import demo, items, replay, serve, suite, trace
+    from memtap.cli import demo, items, replay, score, serve, suite, trace
 
     cli.add_command(serve.serve)
     cli.add_command(trace.trace)
@@ -50,6 +50,8 @@ def _register() -> None:
     cli.add_command(demo.demo)
     cli.add_command(suite.suite)
     cli.add_command(replay.replay)
+    cli.add_command(score.score)
+    cli.add_command(score.compare)
 
 
 _register()

@@ -29,7 +29,15 @@ from memtap.probes.schema import Episode, Probe, Session
 from memtap.probes.suitefile import Suite
 from memtap.probes.targets.base import EpisodeScope, ProbeCall, Target, TurnCall
 
-__all__ = ["Progress", "ReplayPlan", "describe_error", "episode_namespace", "replay_suite"]
+__all__ = [
+    "PROBE_SESSION",
+    "Progress",
+    "ReplayPlan",
+    "describe_error",
+    "episode_namespace",
+    "probe_turn",
+    "replay_suite",
+]
 
 
 def episode_namespace(run_id: str, episode_id: str, attempt: int) -> str:
@@ -83,6 +91,24 @@ class ReplayPlan:
     attempts: dict[str, int]  # attempts already made per episode (0 for new)
     workers: int = 1
     limit: int = 5
+
+
+PROBE_SESSION = "probes"
+"""The session a probe's memory calls are recorded in (their turn is the probe's id)."""
+
+
+def probe_turn(probe: Probe, requester: str) -> TurnCall:
+    """A probe as a mark on the replay clock: session ``probes``, turn ``PROBE_ID``, the requester."""
+    return TurnCall(
+        session=PROBE_SESSION,
+        turn=probe.probe_id,
+        role="user",
+        speaker=requester,
+        content=probe.question,
+        time=probe.time.isoformat(),
+        phase="probe",
+        access={},
+    )
 
 
 def _turn_calls(episode: Episode, session: Session) -> list[TurnCall]:
@@ -201,6 +227,9 @@ class _Player:
     ) -> None:
         requester = episode.requester_of(probe)
         call = ProbeCall(probe.probe_id, probe.type, probe.question, requester, probe.time.isoformat())
+        # The replay clock marks the probe too, so the memory calls an agent makes on its own while it
+        # answers are attributed to it (session "probes", turn PROBE_ID), as the builtin target's are.
+        await self.target.mark(scope, probe_turn(probe, requester))
         result = await self.target.ask_probe(scope, call, limit=self.plan.limit)
         t0 = time.perf_counter()
         answer = self.reader.answer(probe, requester, result)

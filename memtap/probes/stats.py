@@ -25,7 +25,15 @@ from typing import Any
 
 from memtap.probes.schema import MEMPROBE_PARADIGMS, Episode
 
-__all__ = ["count_tokens", "render_stats", "shortcut_baselines", "suite_stats", "value_pattern"]
+__all__ = [
+    "count_tokens",
+    "episode_values",
+    "latest_mention",
+    "render_stats",
+    "shortcut_baselines",
+    "suite_stats",
+    "value_pattern",
+]
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -39,7 +47,7 @@ def value_pattern(value: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w-])" + re.escape(value.lower()) + r"(?![\w-])")
 
 
-def _values(episode: Episode) -> tuple[str, str] | None:
+def episode_values(episode: Episode) -> tuple[str, str] | None:
     """(original, new) value of a paradigm episode, from its probes' gold; None when not given."""
     by_type = {probe.type: probe for probe in episode.probes}
     current = by_type.get("current_value")
@@ -58,7 +66,7 @@ def _values(episode: Episode) -> tuple[str, str] | None:
     return (current.gold.answer, new) if new else None
 
 
-def _latest_mention(episode: Episode, values: tuple[str, str], before: Any) -> str | None:
+def latest_mention(episode: Episode, values: tuple[str, str], before: Any) -> str | None:
     patterns = [(value, value_pattern(value)) for value in values]
     latest: str | None = None
     for session in episode.sessions:
@@ -78,7 +86,7 @@ def shortcut_baselines(episodes: Iterable[Episode]) -> dict[str, Any]:
     for episode in episodes:
         if episode.paradigm not in MEMPROBE_PARADIGMS or episode.expected_behavior is None:
             continue
-        values = _values(episode)
+        values = episode_values(episode)
         if values is None:
             skipped += 1
             continue
@@ -90,7 +98,7 @@ def shortcut_baselines(episodes: Iterable[Episode]) -> dict[str, Any]:
                 continue
             probes += 1
             truth_changed = probe.gold.fields.changed if probe.gold.fields.changed is not None else updated
-            latest = _latest_mention(episode, values, probe.time)
+            latest = latest_mention(episode, values, probe.time)
             guesses = {
                 "always_update": (new, True),
                 "always_preserve": (old, False),

@@ -219,3 +219,40 @@ def m004_create_runs(db: Database) -> None:
         )
         """
     )
+
+
+@MIGRATIONS()
+def m006_create_scores(db: Database) -> None:
+    """Scores of replayed runs (``memtap score``): one row per scoring, the score file as JSON;
+    and every alignment decision behind it (which memory item counted for which gold memory, and
+    why), keyed by the score. (Numbered 006: 005 is taken on another branch.)"""
+    db.execute(
+        """
+        CREATE TABLE scores (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            format TEXT NOT NULL,
+            matcher TEXT NOT NULL,
+            json TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX scores_run ON scores(run_id, id)")
+    db.execute(
+        """
+        CREATE TABLE alignments (
+            score_id INTEGER NOT NULL REFERENCES scores(id),
+            run_id TEXT NOT NULL,
+            episode_id TEXT NOT NULL,
+            item_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            gold_key TEXT,
+            matched INTEGER NOT NULL,
+            gold_coverage REAL,
+            item_coverage REAL,
+            reason TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX alignments_item ON alignments(score_id, episode_id, item_id)")

@@ -8,7 +8,8 @@ endpoint) are one module each. The driver calls, per episode and from one task:
 1. :meth:`Target.open_episode` — a fresh namespace for the episode;
 2. for each turn in time order, :meth:`Target.mark` (the replay clock, for targets whose agent
    makes memory calls on its own) then :meth:`Target.ingest_turn`;
-3. for each probe, :meth:`Target.ask_probe`, asked by the probe's requester, returning what was
+3. for each probe, :meth:`Target.mark` with the probe as a turn (session ``probes``, turn the
+   probe's id), then :meth:`Target.ask_probe`, asked by the probe's requester, returning what was
    retrieved (and, for agents that answer, the reply);
 4. :meth:`Target.close_episode`, also when the episode failed.
 

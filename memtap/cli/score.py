@@ -1,0 +1,146 @@
+"""``memtap score`` and ``memtap compare``: measure replayed runs from the trace database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from memtap.cli.options import db_option, resolve_db
+from memtap.errors import ConfigError
+
+__all__ = ["compare", "score"]
+
+
+def _open(db: Path | None) -> Any:
+    from memtap.trace.migrations import MIGRATIONS
+    from memtap.trace.sqlite import open_database
+
+    path = resolve_db(db)
+    if not path.exists():
+        raise ConfigError(f"no trace database at {path} (replay a suite first, or pass --db)")
+    return open_database(path, MIGRATIONS)
+
+
+_format = [
+    click.option("--json", "as_json", is_flag=True, help="Print the score file (JSON) instead of the table."),
+    click.option("--markdown", is_flag=True, help="Print the report as Markdown."),
+]
+
+
+def _formats(func: Any) -> Any:
+    for option in reversed(_format):
+        func = option(func)
+    return func
+
+
+@click.command()
+@click.argument("run")
+@db_option
+@_formats
+@click.option(
+    "--matcher",
+    default="default",
+    show_default=True,
+    metavar="default|embedding:MODEL|llm:MODEL",
+    help="How memory items are aligned to gold memories.",
+)
+@click.option(
+    "--permission-judge",
+    default="rules",
+    show_default=True,
+    metavar="rules|llm:MODEL",
+    help="How permission answers are labelled.",
+)
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Config file whose model_list names the MODEL of --matcher or --permission-judge.",
+)
+@click.option("--strict", is_flag=True, help="Exit 2 when the run has problems (see the warnings).")
+@click.option("--no-store", is_flag=True, help="Do not store the score in the database.")
+def score(
+    run: str,
+    db: Path | None,
+    as_json: bool,
+    markdown: bool,
+    matcher: str,
+    permission_judge: str,
+    config: Path | None,
+    strict: bool,
+    no_store: bool,
+) -> None:
+    """Score a replayed RUN at three levels (storage, retrieval, answer) with profiles and 95%
+    episode-bootstrap intervals, from the trace database alone; store the score file in it.
+
+    Problems (a suite file changed since the replay, failed or unfinished episodes, probes
+    without answers) are reported as warnings and counted in the score file's coverage."""
+    from memtap.scoring.errors import ScoringStrict
+    from memtap.scoring.judges import make_matcher, make_permission_judge
+    from memtap.scoring.report import render_score
+    from memtap.scoring.score import score_run, store_score
+
+    chosen = make_matcher(matcher, config)
+    judge = make_permission_judge(permission_judge, config)
+    database = _open(db)
+    try:
+        scored = score_run(database.conn, run, matcher=chosen, permission_judge=judge)
+        if not no_store:
+            store_score(database.conn, scored)
+    finally:
+        database.conn.close()
+    report = scored.report
+    if as_json:
+        click.echo(json.dumps(report))
+    else:
+        if not no_store:
+            click.echo(
+                f"score stored in {resolve_db(db)} (tables scores and alignments, run_id = '{run}')", err=True
+            )
+        click.echo(render_score(report, markdown=markdown))
+    for warning in report["warnings"]:
+        click.echo(f"memtap: warning: {warning}", err=True)
+    if strict and report["warnings"]:
+        raise ScoringStrict(f"run {run} has {len(report['warnings'])} problem(s); see the warnings above")
+
+
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@db_option
+@click.option(
+    "--db-b",
+    "db_b",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The database of RUN_B, when it is not --db.",
+)
+@_formats
+def compare(
+    run_a: str, run_b: str, db: Path | None, db_b: Path | None, as_json: bool, markdown: bool
+) -> None:
+    """Paired bootstrap differences (RUN_B minus RUN_A) of every headline measure, over the episodes
+    both runs scored. Uses each run's latest stored score, scoring a run that has none."""
+    from memtap.scoring.compare import compare_scores
+    from memtap.scoring.report import render_compare
+    from memtap.scoring.score import latest_score, score_run, store_score
+
+    def load(run: str, where: Path | None) -> dict[str, Any]:
+        database = _open(where)
+        try:
+            found = latest_score(database.conn, run)
+            if found is None:
+                scored = score_run(database.conn, run)
+                store_score(database.conn, scored)
+                found = scored.report
+            return found
+        finally:
+            database.conn.close()
+
+    result = compare_scores(load(run_a, db), load(run_b, db_b or db))
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(render_compare(result, markdown=markdown))
