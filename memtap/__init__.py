@@ -15,6 +15,12 @@ from memtap.errors import (
     SchemaTooNew,
     StoreError,
     UnknownTool,
+    UnknownUpstream,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRPCError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
 )
 from memtap.trace.models import (
     AccessTags,
@@ -55,6 +61,12 @@ __all__ = [
     "TraceEvent",
     "TraceStore",
     "UnknownTool",
+    "UnknownUpstream",
+    "UpstreamError",
+    "UpstreamProtocolError",
+    "UpstreamRPCError",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
     "Visibility",
     "__version__",
 ]
