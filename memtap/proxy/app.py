@@ -1,4 +1,8 @@
-"""The ASGI app ``memtap serve`` runs: the MCP front door at ``/mcp`` and ``/healthz``."""
+"""The ASGI app ``memtap serve`` runs: the MCP front door at ``/mcp`` and ``/healthz``.
+
+With upstreams (``memtap proxy``), ``/mcp`` serves the tools of every wrapped server
+and ``/servers/NAME/mcp`` those of one.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -75,7 +80,13 @@ class PrincipalGate:
 def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     """The app over an open runtime; its lifespan runs the MCP session manager."""
     settings = runtime.settings
-    server = build_mcp_server(runtime.service, default_principal=settings.default_principal)
+    pool = runtime.upstreams
+    if pool is None:
+        server = build_mcp_server(runtime.service, default_principal=settings.default_principal)
+    else:
+        from memtap.proxy.forward import build_forward_server
+
+        server = build_forward_server(pool, runtime.recorder, default_principal=settings.default_principal)
     security = (
         TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -85,17 +96,33 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         if is_loopback(host)
         else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
-    manager = StreamableHTTPSessionManager(
-        app=server,
-        json_response=True,
-        security_settings=security,
-        max_request_body_size=max(4 << 20, 2 * settings.max_content_bytes + (64 << 10)),
-    )
+
+    def session_manager(server: Any) -> StreamableHTTPSessionManager:
+        return StreamableHTTPSessionManager(
+            app=server,
+            json_response=True,
+            security_settings=security,
+            max_request_body_size=max(4 << 20, 2 * settings.max_content_bytes + (64 << 10)),
+        )
+
+    manager = session_manager(server)
+    per_upstream: dict[str, StreamableHTTPSessionManager] = {}
+    if pool is not None:
+        for name in pool.upstreams:
+            per_upstream[name] = session_manager(
+                build_forward_server(
+                    pool, runtime.recorder, only=name, default_principal=settings.default_principal
+                )
+            )
     started = time.monotonic()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with manager.run():
+        async with contextlib.AsyncExitStack() as stack:
+            if pool is not None:
+                await stack.enter_async_context(pool.run())  # a no-op when `memtap serve` runs it
+            for each in (manager, *per_upstream.values()):
+                await stack.enter_async_context(each.run())
             yield
 
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -110,10 +137,30 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             "backend": runtime.backend.name,
             "uptime_s": round(time.monotonic() - started, 3),
             "recorder": runtime.recorder.stats_dict(),
+            **({"upstreams": pool.status()} if pool is not None else {}),
         }
 
     # A Route, not a Mount: a Mount answers POST /mcp with a redirect to /mcp/, an extra
     # round trip on every call for clients that follow it, and an error for those that do not.
     mcp_endpoint = PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
     app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"]))
+    if pool is not None:
+        gates = {
+            name: PrincipalGate(each.handle_request, settings.api_keys, settings.default_principal)
+            for name, each in per_upstream.items()
+        }
+
+        async def one_upstream(scope: Scope, receive: Receive, send: Send) -> None:
+            name = scope["path_params"]["name"]
+            gate = gates.get(name)
+            if gate is None:
+                known = ", ".join(gates)
+                body = {"error": {"message": f"unknown upstream {name!r}; this proxy wraps: {known}"}}
+                await JSONResponse(body, status_code=404)(scope, receive, send)
+                return
+            await gate(scope, receive, send)
+
+        app.router.routes.append(
+            Route("/servers/{name}/mcp", endpoint=one_upstream, methods=["GET", "POST", "DELETE"])
+        )
     return app

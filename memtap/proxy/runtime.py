@@ -6,12 +6,17 @@ import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memtap.adapters.builtin import BuiltinBackend
+from memtap.config import McpServerConfig
 from memtap.errors import ConfigError
 from memtap.proxy.policy import GateMode
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
 from memtap.trace.writer import Recorder
+
+if TYPE_CHECKING:
+    from memtap.adapters.pool import UpstreamPool
 
 __all__ = ["Runtime", "Settings", "default_db_path", "is_loopback", "parse_api_keys"]
 
@@ -57,6 +62,11 @@ class Settings:
     gate: GateMode = GateMode.OBSERVE
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     console_spans: bool = False
+    # memtap proxy: the MCP servers to wrap (empty: serve the builtin memory tools).
+    upstreams: dict[str, McpServerConfig] = field(default_factory=dict)
+    upstream_eager: bool = True
+    upstream_timeout: float | None = None
+    upstream_inherit_env: bool = False
 
     def check_bind(self, host: str) -> None:
         """A memory proxy is never opened to a network by accident."""
@@ -82,6 +92,20 @@ class Runtime:
         self.service = MemoryService(
             self.backend, self.recorder, gate=settings.gate, max_content_bytes=settings.max_content_bytes
         )
+        self.upstreams: UpstreamPool | None = None
+        if settings.upstreams:
+            from memtap.adapters.pool import UpstreamPool, status_dir
+
+            self.upstreams = UpstreamPool(
+                settings.upstreams,
+                self.recorder,
+                eager=settings.upstream_eager,
+                timeout=settings.upstream_timeout,
+                inherit_env=settings.upstream_inherit_env,
+                status_file=status_dir(settings.db) / f"{os.getpid()}.json",
+                db=settings.db,
+                principal=settings.default_principal,
+            )
 
     async def aclose(self) -> None:
         await self.backend.close()

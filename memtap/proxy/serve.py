@@ -25,7 +25,13 @@ async def _serve_stdio(runtime: Runtime) -> None:
 
     from memtap.proxy.mcp_server import build_mcp_server
 
-    server = build_mcp_server(runtime.service, default_principal=runtime.settings.default_principal)
+    principal = runtime.settings.default_principal
+    if runtime.upstreams is not None:
+        from memtap.proxy.forward import build_forward_server
+
+        server = build_forward_server(runtime.upstreams, runtime.recorder, default_principal=principal)
+    else:
+        server = build_mcp_server(runtime.service, default_principal=principal)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -85,8 +91,9 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
             for cancel in cancels:
                 cancel()
 
+        upstreams = runtime.upstreams.run() if runtime.upstreams is not None else contextlib.nullcontext()
         with _stop_on_signals(stop):
-            async with anyio.create_task_group() as tg:
+            async with upstreams, anyio.create_task_group() as tg:
                 cancels.append(tg.cancel_scope.cancel)
                 if uvicorn_server is not None:
                     tg.start_soon(uvicorn_server.serve)
