@@ -39,12 +39,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from memtap.cli import demo, items, serve, trace
+    from memtap.cli import demo, items, proxy, serve, trace
 
     cli.add_command(serve.serve)
     cli.add_command(trace.trace)
     cli.add_command(items.items)
     cli.add_command(demo.demo)
+    cli.add_command(proxy.proxy)
+    cli.add_command(proxy.init_config)
 
 
 _register()
