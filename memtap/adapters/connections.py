@@ -180,14 +180,14 @@ class StdioConnection:
     def stderr_tail(self) -> str:
         return " | ".join(line for line in self._stderr if line)[-500:]
 
-    def describe_exit(self) -> str:
+    def describe_exit(self, when: str = "") -> str:
         code = self.proc.returncode
         how = "closed its output" if code is None else f"exited with code {code}"
         if code is not None and code < 0:
             with contextlib.suppress(ValueError):
                 how = f"was killed by {signal.Signals(-code).name}"
         tail = self.stderr_tail()
-        return f"upstream {self.name!r} {how}" + (f" (stderr: {tail})" if tail else "")
+        return f"upstream {self.name!r} {how}{when}" + (f" (stderr: {tail})" if tail else "")
 
     # -- writing ------------------------------------------------------------------------
 
@@ -220,8 +220,12 @@ class StdioConnection:
             await self.proc.stdin.drain()
             with anyio.fail_after(timeout):
                 return await future
-        except (ConnectionError, RuntimeError) as exc:
-            raise Unavailable(f"{self.describe_exit()}: {exc}", upstream=self.name) from None
+        except (ConnectionError, RuntimeError, Unavailable):
+            # The pipe broke before the reader saw the end: wait (briefly) until the exit is
+            # observed, so the error says how the upstream ended.
+            with anyio.move_on_after(_CLOSE_GRACE_S):
+                await self.closed.wait()
+            raise Unavailable(self.describe_exit(), upstream=self.name) from None
         except TimeoutError:
             reason = f"memtap: timed out after {timeout:g} s"
             await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
@@ -281,33 +285,35 @@ async def open_stdio(
         raise Unavailable(f"upstream {name!r}: cannot start {command!r}: {exc}", upstream=name) from None
     conn = StdioConnection(name, proc)
     conn.on_notification = on_notification
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(conn._read_stdout)
-        tg.start_soon(conn._read_stderr)
+    # Plain tasks rather than a task group: a failed handshake must reach the supervisor as the
+    # UpstreamError it is, not wrapped in an exception group.
+    readers = [asyncio.create_task(conn._read_stdout()), asyncio.create_task(conn._read_stderr())]
+    try:
         try:
-            try:
-                result = await conn.request(
-                    "initialize",
-                    {
-                        "protocolVersion": HANDSHAKE_VERSION,
-                        "capabilities": {"roots": {"listChanged": False}},
-                        "clientInfo": {"name": "memtap", "version": __version__},
-                    },
-                    timeout=timeout,
-                )
-            except UpstreamTimeout:
-                raise Unavailable(
-                    f"upstream {name!r} did not finish the MCP handshake within {timeout:g} s", upstream=name
-                ) from None
-            except Unavailable as exc:
-                raise Unavailable(f"{exc} during start", upstream=name) from None
-            conn.hello = ServerHello(result)
-            await conn.notify("notifications/initialized")
-            yield conn
-        finally:
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-            tg.cancel_scope.cancel()
+            result = await conn.request(
+                "initialize",
+                {
+                    "protocolVersion": HANDSHAKE_VERSION,
+                    "capabilities": {"roots": {"listChanged": False}},
+                    "clientInfo": {"name": "memtap", "version": __version__},
+                },
+                timeout=timeout,
+            )
+        except UpstreamTimeout:
+            raise Unavailable(
+                f"upstream {name!r} did not finish the MCP handshake within {timeout:g} s", upstream=name
+            ) from None
+        except Unavailable:
+            raise Unavailable(conn.describe_exit(" during start"), upstream=name) from None
+        conn.hello = ServerHello(result)
+        await conn.notify("notifications/initialized")
+        yield conn
+    finally:
+        with anyio.CancelScope(shield=True):
+            await conn.close()
+            for task in readers:
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
 
 
 class HttpConnection:
@@ -384,27 +390,27 @@ async def open_http(
             log.warning("upstream %s: %s", name, message)
 
     stack = contextlib.AsyncExitStack()
-    async with stack:
-        try:
-            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout))
-            read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-            session = await stack.enter_async_context(
-                ClientSession(
-                    read,
-                    write,
-                    message_handler=on_message,
-                    client_info=types.Implementation(name="memtap", version=__version__),
-                )
+    try:
+        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout))
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        session = await stack.enter_async_context(
+            ClientSession(
+                read,
+                write,
+                message_handler=on_message,
+                client_info=types.Implementation(name="memtap", version=__version__),
             )
-            with anyio.fail_after(timeout):
-                result = await session.initialize()
-        except TimeoutError:
+        )
+        with anyio.fail_after(timeout):
+            result = await session.initialize()
+    except Exception as exc:  # unwind what was opened, then say plainly why the start failed
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await stack.aclose()
+        if isinstance(exc, TimeoutError):
             raise Unavailable(
                 f"upstream {name!r} at {url} did not finish the MCP handshake within {timeout:g} s",
                 upstream=name,
             ) from None
-        except Exception as exc:
-            raise Unavailable(
-                f"upstream {name!r} at {url}: {type(exc).__name__}: {exc}", upstream=name
-            ) from None
+        raise Unavailable(f"upstream {name!r} at {url}: {type(exc).__name__}: {exc}", upstream=name) from None
+    async with stack:
         yield HttpConnection(name, session, ServerHello(result.model_dump(by_alias=True, mode="json")))

@@ -84,6 +84,19 @@ def child_environment(config: StdioServerConfig, *, inherit: bool) -> dict[str, 
     return {**base, **config.env}
 
 
+def _first_upstream_error(exc: BaseException) -> str:
+    """The message of the UpstreamError in ``exc`` (possibly inside an exception group), else a summary."""
+    if isinstance(exc, UpstreamError):
+        return str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_upstream_error(inner)
+            if found:
+                return found
+    log.error("upstream start failed unexpectedly", exc_info=exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 @dataclass
 class _Run:
     """One started connection: when it became ready, and whether its end was told to a caller."""
@@ -229,14 +242,15 @@ class Upstream:
                 log.info("upstream %s ready (pid %s, %d tools)", self.name, conn.pid, len(self.tools))
                 await conn.closed.wait()
                 message = conn.describe_exit()
-        except UpstreamError as exc:
+        except Exception as exc:  # the supervisor never dies: any failure is a failed start or an exit
+            error = _first_upstream_error(exc)
             if run is not None:  # failed after the start, while closing: treat as an exit
-                message = str(exc)
+                message = error
             else:
                 self._back_off()
-                self._set(State.FAILED, str(exc))
-                log.warning("%s", exc)
-                await self._control("upstream/start", str(exc))
+                self._set(State.FAILED, error)
+                log.warning("%s", error)
+                await self._control("upstream/start", error)
                 return
         self.crashes += 1
         if time.monotonic() - run.ready_at < CRASH_WINDOW_S:
@@ -326,6 +340,11 @@ class Upstream:
         left = max(0.001, self.timeout - (time.monotonic() - started))
         try:
             return await conn.request(method, params, timeout=left)
+        except UpstreamTimeout:
+            raise UpstreamTimeout(
+                f"upstream {self.name!r} did not answer {method} within {self.timeout:g} s",
+                upstream=self.name,
+            ) from None
         except UpstreamUnavailable:
             if run is not None and run.conn is conn:  # the upstream died under this call: it was told
                 run.crash_reported = True

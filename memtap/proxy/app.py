@@ -10,7 +10,7 @@ import contextlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -24,7 +24,7 @@ from memtap import __version__
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
 from memtap.proxy.runtime import Runtime, is_loopback
 
-__all__ = ["PrincipalGate", "create_app"]
+__all__ = ["ByUpstream", "PrincipalGate", "create_app"]
 
 
 class PrincipalGate:
@@ -75,6 +75,22 @@ class PrincipalGate:
                 return
             scope[PRINCIPAL_SCOPE_KEY] = principal
         await self.app(scope, receive, send)
+
+
+class ByUpstream:
+    """``/servers/{name}/mcp``: that upstream's own MCP endpoint, or a 404 naming the ones there are."""
+
+    def __init__(self, endpoints: Mapping[str, ASGIApp]) -> None:
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = scope["path_params"]["name"]
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            message = f"unknown upstream {name!r}; this proxy wraps: {', '.join(self.endpoints)}"
+            await JSONResponse({"error": {"message": message}}, status_code=404)(scope, receive, send)
+            return
+        await endpoint(scope, receive, send)
 
 
 def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
@@ -149,18 +165,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             name: PrincipalGate(each.handle_request, settings.api_keys, settings.default_principal)
             for name, each in per_upstream.items()
         }
-
-        async def one_upstream(scope: Scope, receive: Receive, send: Send) -> None:
-            name = scope["path_params"]["name"]
-            gate = gates.get(name)
-            if gate is None:
-                known = ", ".join(gates)
-                body = {"error": {"message": f"unknown upstream {name!r}; this proxy wraps: {known}"}}
-                await JSONResponse(body, status_code=404)(scope, receive, send)
-                return
-            await gate(scope, receive, send)
-
         app.router.routes.append(
-            Route("/servers/{name}/mcp", endpoint=one_upstream, methods=["GET", "POST", "DELETE"])
+            Route("/servers/{name}/mcp", endpoint=ByUpstream(gates), methods=["GET", "POST", "DELETE"])
         )
     return app

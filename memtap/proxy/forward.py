@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -110,12 +111,20 @@ class _Router:
         errors: list[str] = []
 
         async def one(upstream: Upstream) -> None:
+            # An upstream that is down is not asked: asking would spend the crash report that belongs
+            # to the next tool call, or wait out a restart backoff. Its last tool listing stands.
+            if method == "tools/list" and upstream.tools and upstream.state != State.READY:
+                found[upstream.name] = upstream.tools
+                return
+            down = upstream.state == State.CRASHED or (
+                upstream.state == State.FAILED and upstream.next_attempt > time.monotonic()
+            )
+            if down:
+                errors.append(str(upstream.last_error))
+                return
             try:
                 if method == "tools/list":
-                    # An upstream that is down keeps its last listing: asking it now would spend the
-                    # crash report that belongs to the next tool call, or wait out its backoff.
-                    down = upstream.tools and upstream.state != State.READY
-                    found[upstream.name] = upstream.tools if down else await upstream.list_tools()
+                    found[upstream.name] = await upstream.list_tools()
                     return
                 if upstream.state == State.READY and not upstream.capable(key):
                     return
@@ -151,6 +160,20 @@ class _Router:
     async def list_tools(self) -> list[types.Tool]:
         listed = self._expose(await self._each("tools/list", "tools"), self.tools)
         return [types.Tool.model_validate(tool) for tool in listed]
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """A listed tool's input schema, without asking any upstream.
+
+        On 2026-07-28 HTTP sessions the SDK checks ``Mcp-Param-*`` headers against the
+        schema before every ``tools/call``; without this it would run ``tools/list``
+        (and so reach every upstream) for each call.
+        """
+        route = self.tools.get(name) if not self.only else (self.pool.get(self.only), name)
+        if route is None:
+            return None
+        spec = next((t for t in route[0].tools if t.get("name") == route[1]), None)
+        schema = spec.get("inputSchema") if spec is not None else None
+        return schema if isinstance(schema, dict) else None
 
     async def resolve_tool(self, name: str) -> tuple[Upstream, str] | None:
         if self.only:
@@ -211,7 +234,7 @@ def build_forward_server(
         parsed: types.CallToolResult | None = None
         async with recorded_call(
             recorder,
-            tool=name,
+            tool=route[1] if route is not None else name,  # the upstream's own name; backend says which
             op=upstream.kind_of(route[1]).op if route is not None and upstream is not None else Op.CONTROL,
             front_door=front_door,
             backend=upstream.name if upstream is not None else "proxy",
@@ -341,6 +364,7 @@ def build_forward_server(
     return Server(
         "memtap" if only is None else f"memtap/{only}",
         version=__version__,
+        get_tool_input_schema=router.input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
