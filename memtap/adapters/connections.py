@@ -319,8 +319,9 @@ async def open_stdio(
 class HttpConnection:
     """A streamable HTTP server through the SDK's client session (no process, no pid)."""
 
-    def __init__(self, name: str, session: Any, hello: ServerHello) -> None:
+    def __init__(self, name: str, url: str, session: Any, hello: ServerHello) -> None:
         self.name = name
+        self.url = url
         self.session = session
         self.hello = hello
         self.pid: int | None = None
@@ -328,7 +329,7 @@ class HttpConnection:
         self._last_error = ""
 
     def describe_exit(self) -> str:
-        return f"upstream {self.name!r} closed the connection" + (
+        return f"upstream {self.name!r} at {self.url} closed the connection" + (
             f": {self._last_error}" if self._last_error else ""
         )
 
@@ -389,28 +390,35 @@ async def open_http(
         if isinstance(message, Exception):
             log.warning("upstream %s: %s", name, message)
 
-    stack = contextlib.AsyncExitStack()
+    started = False
     try:
-        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout))
-        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-        session = await stack.enter_async_context(
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
             ClientSession(
                 read,
                 write,
                 message_handler=on_message,
                 client_info=types.Implementation(name="memtap", version=__version__),
+            ) as session,
+        ):
+            with anyio.fail_after(timeout):
+                result = await session.initialize()
+            started = True
+            yield HttpConnection(
+                name, url, session, ServerHello(result.model_dump(by_alias=True, mode="json"))
             )
-        )
-        with anyio.fail_after(timeout):
-            result = await session.initialize()
-    except Exception as exc:  # unwind what was opened, then say plainly why the start failed
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await stack.aclose()
-        if isinstance(exc, TimeoutError):
-            raise Unavailable(
-                f"upstream {name!r} at {url} did not finish the MCP handshake within {timeout:g} s",
-                upstream=name,
-            ) from None
-        raise Unavailable(f"upstream {name!r} at {url}: {type(exc).__name__}: {exc}", upstream=name) from None
-    async with stack:
-        yield HttpConnection(name, session, ServerHello(result.model_dump(by_alias=True, mode="json")))
+    except Exception as exc:  # the SDK's task groups wrap transport failures in exception groups
+        cause = _root_cause(exc)
+        if isinstance(cause, TimeoutError) and not started:
+            reason = f"did not finish the MCP handshake within {timeout:g} s"
+        else:
+            reason = f"{type(cause).__name__}: {cause}"
+        where = "" if started else " during start"
+        raise Unavailable(f"upstream {name!r} at {url}{where}: {reason}", upstream=name) from None
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

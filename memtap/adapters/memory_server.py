@@ -14,8 +14,9 @@ with the file's identity (inode, size, mtime, ctime). The next call's "before"
 is that cache when the stamp still matches, so a steady stream of writes costs one
 ``stat`` plus one filtered read per call. When the path is not known (a server
 started through ``npx`` without ``MEMORY_FILE_PATH``), or the file turns out not
-to be the server's (checked against ``open_nodes`` on the first write), memtap
-asks the server itself with ``open_nodes`` before and after.
+to be the server's (it is checked against ``open_nodes`` until it has agreed on
+a write that left something in the graph), memtap asks the server itself with
+``open_nodes`` before and after.
 
 Mutating calls to one upstream are serialised (``Upstream.write_lock``): two writes
 in flight at once would make each one's before/after difference include the
@@ -260,7 +261,7 @@ class GraphTap:
         self.upstream = upstream
         path = memory_file_for(upstream.config)
         self.file = _FileState(path) if path is not None else None
-        self._checked = False
+        self._verified = False
         self._seq = 0
         # Observations a delete_observations removed, by (namespace, session, turn, entity),
         # waiting for an add_observations in the same turn that replaces them.
@@ -290,8 +291,9 @@ class GraphTap:
                         self.upstream.name, self.file.path, exc)  # fmt: skip
             self.file = None
             return await self._open_nodes(names)
-        if fresh and not self._checked and names:
-            self._checked = True
+        if not self._verified and names:
+            # Until the file has been seen to hold what the server reports (on a non-empty
+            # graph, before and after a write), ask the server too and believe the server.
             told = await self._open_nodes(names)
             if told.entities != graph.entities or sorted(told.relations) != sorted(graph.relations):
                 log.warning(
@@ -301,6 +303,7 @@ class GraphTap:
                 )
                 self.file = None
                 return told
+            self._verified = bool(fresh and (graph.entities or graph.relations))
         return graph
 
     async def call(

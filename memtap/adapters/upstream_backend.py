@@ -33,7 +33,6 @@ from memtap.adapters.memory_server import (
     GraphTap,
     graph_from_result,
     observation_id,
-    retrieval_effects,
 )
 from memtap.adapters.upstream import Upstream
 from memtap.errors import BackendError, ItemNotFound
@@ -194,12 +193,17 @@ class UpstreamMemoryBackend:
             self._stored(namespace, observation_id(e, t), t, e, score=score, rank=rank)
             for rank, ((e, t), score) in enumerate(ranked, start=1)
         ]
-        shown = {
-            "structuredContent": {"entities": [{"name": e, "observations": [t]} for (e, t), _ in ranked]}
-        }
-        effects = retrieval_effects(shown, ctx)
-        for effect, (_, score) in zip(effects, ranked, strict=True):
-            effect.score = score
+        effects = [
+            MemoryEffect(
+                kind=EffectKind.RETRIEVE,
+                item_id=observation_id(e, t),
+                namespace=ctx.namespace,
+                content_after=t,
+                rank=rank,
+                score=score,
+            )
+            for rank, ((e, t), score) in enumerate(ranked, start=1)
+        ]
         return BackendResult({"results": results}, effects)
 
     async def get(self, namespace: str, item_id: str) -> BackendResult:
