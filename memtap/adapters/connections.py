@@ -218,7 +218,7 @@ class StdioConnection:
             self._write(message)
             assert self.proc.stdin is not None
             await self.proc.stdin.drain()
-            with anyio.fail_after(timeout):
+            async with asyncio.timeout(timeout):  # cheaper than an anyio cancel scope, on the hot path
                 return await future
         except (ConnectionError, RuntimeError, Unavailable):
             # The pipe broke before the reader saw the end: wait (briefly) until the exit is

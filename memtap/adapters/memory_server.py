@@ -75,6 +75,7 @@ MUTATING_TOOLS = frozenset(
     }
 )  # fmt: skip
 _PENDING_LIMIT = 1024
+_CACHED_NAMES = 256  # entities whose state the file cache keeps; past that it starts over
 
 Relation = tuple[str, str, str]  # (from, relationType, to)
 
@@ -188,6 +189,31 @@ def memory_file_for(config: McpServerConfig) -> Path | None:
     return Path(os.path.dirname(script)) / (configured or "memory.jsonl")
 
 
+def _lines_mentioning(data: bytes, names: frozenset[str]) -> list[bytes]:
+    """The lines of ``data`` that hold one of ``names`` as a JSON string, in file order.
+
+    The search runs in C (``bytes.find`` for each name as the server writes it, quoted);
+    the caller parses only those lines and checks them exactly. A name JSON.stringify
+    would write differently (an unpaired surrogate) makes every line a candidate.
+    """
+    needles = []
+    for name in names:
+        try:
+            needles.append(json.dumps(name, ensure_ascii=False).encode("utf-8"))
+        except UnicodeEncodeError:
+            return data.split(b"\n")
+    spans: set[tuple[int, int]] = set()
+    for needle in needles:
+        at = data.find(needle)
+        while at != -1:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            end = len(data) if end == -1 else end
+            spans.add((start, end))
+            at = data.find(needle, end)
+    return [data[start:end] for start, end in sorted(spans)]
+
+
 class _FileState:
     """The server's storage file, read with a substring filter and cached under its identity stamp."""
 
@@ -212,16 +238,7 @@ class _FileState:
                 data = fh.read()
         except FileNotFoundError:
             return graph, None
-        needles: list[bytes] | None = []
-        for name in names:
-            try:
-                needles.append(json.dumps(name, ensure_ascii=False).encode("utf-8"))  # type: ignore[union-attr]
-            except UnicodeEncodeError:  # an unpaired surrogate: JSON.stringify escapes it differently
-                needles = None
-                break
-        for line in data.split(b"\n"):
-            if not line.strip() or (needles is not None and not any(n in line for n in needles)):
-                continue
+        for line in _lines_mentioning(data, names):
             try:
                 graph.add_item(json.loads(line), names)
             except ValueError:
@@ -235,7 +252,8 @@ class _FileState:
             return self._graph.touching(names)
         found, stamp = self._scan(names)
         cached, cached_names = found, names
-        if fresh or valid:  # our own write (or no write at all) since the cache: keep the rest of it
+        if (fresh or valid) and len(self._names) < _CACHED_NAMES:
+            # Our own write (or no write at all) since the cache was filled: keep the rest of it.
             kept = self._names - names
             old = self._graph.touching(kept)
             cached = Graph(
@@ -375,10 +393,10 @@ class GraphTap:
                         content_before=f"{name} ({old[0]})",
                     )
                 )  # fmt: skip
-            old_obs = list(dict.fromkeys(old[1])) if old else []
-            new_obs = list(dict.fromkeys(new[1])) if new else []
-            removed = [o for o in old_obs if o not in set(new_obs)]
-            added = [o for o in new_obs if o not in set(old_obs)]
+            old_obs = dict.fromkeys(old[1]) if old else {}  # ordered sets
+            new_obs = dict.fromkeys(new[1]) if new else {}
+            removed = [o for o in old_obs if o not in new_obs]
+            added = [o for o in new_obs if o not in old_obs]
             effects.extend(
                 MemoryEffect(
                     kind=EffectKind.DELETE,

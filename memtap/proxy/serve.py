@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -19,11 +20,12 @@ __all__ = ["serve"]
 
 log = logging.getLogger("memtap.serve")
 
+SWITCH_INTERVAL_S = 0.0002
+
 
 async def _serve_stdio(runtime: Runtime) -> None:
-    from mcp.server.stdio import stdio_server
-
     from memtap.proxy.mcp_server import build_mcp_server
+    from memtap.proxy.stdio import stdio_streams
 
     principal = runtime.settings.default_principal
     if runtime.upstreams is not None:
@@ -32,7 +34,7 @@ async def _serve_stdio(runtime: Runtime) -> None:
         server = build_forward_server(runtime.upstreams, runtime.recorder, default_principal=principal)
     else:
         server = build_mcp_server(runtime.service, default_principal=principal)
-    async with stdio_server() as (read, write):
+    async with stdio_streams() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 
@@ -63,6 +65,10 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
     """Serve until stopped (a signal on HTTP, end of input on stdio); flush the trace on the way out."""
     if http is not None:
         settings.check_bind(http[0])
+    # The recorder's writer thread holds the GIL while it builds rows; every pipe or socket
+    # write on the event loop releases the GIL and then waits for it back, up to the switch
+    # interval (5 ms by default). A shorter interval bounds that wait on each call.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     configure_tracing(console=settings.console_spans)
     runtime = Runtime(settings)
     try:
