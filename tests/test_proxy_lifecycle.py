@@ -156,6 +156,7 @@ async def test_bad_upstreams_get_clear_errors_recorded_events_and_spare_the_othe
     for tool in ("malformed", "hang", "crash"):
         assert by_tool[("odd", tool)].error == errors[tool].message
     assert by_tool[("proxy", "no_such_tool")].op == Op.CONTROL
+    assert by_tool[("proxy", "servers/nope")].error == unknown.json()["error"]["message"]
     starts = {e.backend for e in events if e.tool == "upstream/start"}
     assert starts == {"missing", "dies"}
     assert {e.backend for e in events if e.tool == "upstream/exit"} == {"odd"}

@@ -10,13 +10,12 @@ import contextlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -24,7 +23,7 @@ from memtap import __version__
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
 from memtap.proxy.runtime import Runtime, is_loopback
 
-__all__ = ["ByUpstream", "PrincipalGate", "create_app"]
+__all__ = ["PrincipalGate", "create_app"]
 
 
 class PrincipalGate:
@@ -75,22 +74,6 @@ class PrincipalGate:
                 return
             scope[PRINCIPAL_SCOPE_KEY] = principal
         await self.app(scope, receive, send)
-
-
-class ByUpstream:
-    """``/servers/{name}/mcp``: that upstream's own MCP endpoint, or a 404 naming the ones there are."""
-
-    def __init__(self, endpoints: Mapping[str, ASGIApp]) -> None:
-        self.endpoints = endpoints
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        name = scope["path_params"]["name"]
-        endpoint = self.endpoints.get(name)
-        if endpoint is None:
-            message = f"unknown upstream {name!r}; this proxy wraps: {', '.join(self.endpoints)}"
-            await JSONResponse({"error": {"message": message}}, status_code=404)(scope, receive, send)
-            return
-        await endpoint(scope, receive, send)
 
 
 def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
@@ -161,11 +144,13 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     mcp_endpoint = PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
     app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     if pool is not None:
-        gates = {
-            name: PrincipalGate(each.handle_request, settings.api_keys, settings.default_principal)
-            for name, each in per_upstream.items()
-        }
+        from memtap.proxy.forward import ByUpstream
+
+        by_upstream = ByUpstream(
+            {name: each.handle_request for name, each in per_upstream.items()}, runtime.recorder
+        )
+        endpoint = PrincipalGate(by_upstream, settings.api_keys, settings.default_principal)
         app.router.routes.append(
-            Route("/servers/{name}/mcp", endpoint=ByUpstream(gates), methods=["GET", "POST", "DELETE"])
+            Route("/servers/{name}/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
         )
     return app

@@ -33,6 +33,8 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
 from memtap.adapters.pool import UpstreamPool
@@ -41,6 +43,7 @@ from memtap.errors import (
     InvalidArguments,
     MemtapError,
     UnknownTool,
+    UnknownUpstream,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamRPCError,
@@ -52,7 +55,7 @@ from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
 
-__all__ = ["PREFIX_SEPARATOR", "build_forward_server", "exposed_name"]
+__all__ = ["PREFIX_SEPARATOR", "ByUpstream", "build_forward_server", "exposed_name"]
 
 log = logging.getLogger("memtap.forward")
 
@@ -373,3 +376,36 @@ def build_forward_server(
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
     )
+
+
+class ByUpstream:
+    """``/servers/{name}/mcp``: that upstream's own MCP endpoint, or a 404 naming the ones there are.
+
+    Mounted behind the principal gate, so upstream names are not told to callers without
+    a key; a request for an unknown upstream is recorded as an error event.
+    """
+
+    def __init__(self, endpoints: Mapping[str, ASGIApp], recorder: Recorder) -> None:
+        self.endpoints = endpoints
+        self.recorder = recorder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = scope["path_params"]["name"]
+        endpoint = self.endpoints.get(name)
+        if endpoint is not None:
+            await endpoint(scope, receive, send)
+            return
+        message = f"unknown upstream {name!r}; this proxy wraps: {', '.join(self.endpoints)}"
+        if scope.get("method") == "POST":
+            principal = scope.get(PRINCIPAL_SCOPE_KEY) or "local"
+            async with recorded_call(
+                self.recorder,
+                tool=f"servers/{name}",
+                op=Op.CONTROL,
+                front_door="mcp-http",
+                backend="proxy",
+                arguments={},
+                fallback_context=lambda: build_context_safely(principal, None, ()),
+            ):
+                raise UnknownUpstream(message)
+        await JSONResponse({"error": {"message": message}}, status_code=404)(scope, receive, send)
