@@ -33,6 +33,7 @@ with ``derived_from`` naming the observation it replaced.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -74,6 +75,7 @@ MUTATING_TOOLS = frozenset(
         "delete_entities", "delete_observations", "delete_relations",
     }
 )  # fmt: skip
+_READS = frozenset({"read_graph", "search_nodes", "open_nodes"})
 _PENDING_LIMIT = 1024
 _CACHED_NAMES = 256  # entities whose state the file cache keeps; past that it starts over
 
@@ -267,6 +269,21 @@ class _FileState:
     def forget(self) -> None:
         self._stamp, self._graph, self._names = None, Graph(), frozenset()
 
+    def scan_all(self) -> Graph:
+        """The whole graph, read afresh (the cache is dropped: a write of unknown reach follows)."""
+        self.forget()
+        graph = Graph()
+        try:
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return graph
+        for line in data.split(b"\n"):
+            with contextlib.suppress(ValueError):
+                if line.strip():
+                    graph.add_item(json.loads(line), None)
+        return graph
+
 
 def _nothing() -> None:
     pass
@@ -299,7 +316,14 @@ class GraphTap:
             )
         return graph_from_result(result)
 
-    async def _read(self, names: frozenset[str], *, fresh: bool) -> Graph:
+    async def _read(self, names: frozenset[str] | None, *, fresh: bool) -> Graph:
+        """The state of the entities ``names`` (and relations touching them); None: the whole graph."""
+        if names is None:
+            if self.file is not None:
+                with contextlib.suppress(OSError):
+                    graph = self.file.scan_all()
+                    return graph
+            return graph_from_result(await self.upstream.call_tool("read_graph", {}))
         if self.file is None:
             return await self._open_nodes(names)
         try:
@@ -339,13 +363,14 @@ class GraphTap:
         upstream = self.upstream
         start = record.start_backend if record is not None else _nothing
         end = record.end_backend if record is not None else _nothing
-        if tool not in MUTATING_TOOLS:
+        if tool not in MUTATING_TOOLS and (tool in _READS or not upstream.kind_of(tool).mutates):
             start()
             result = await upstream.call_tool(tool, arguments, meta)
             end()
             effects = retrieval_effects(result, context) if tool == "search_nodes" else []
             return result, effects, None
-        names = frozenset(named_entities(tool, arguments))
+        # A write this profile does not know (a newer server's tool) is diffed over the whole graph.
+        names = frozenset(named_entities(tool, arguments)) if tool in MUTATING_TOOLS else None
         async with upstream.write_lock:
             self._seq += 1
             seq = self._seq
@@ -366,7 +391,8 @@ class GraphTap:
                 if self.file is not None:
                     self.file.forget()
                 return result, [], None
-        order = list(dict.fromkeys([*named_entities(tool, arguments), *before.entities, *after.entities]))
+        named = named_entities(tool, arguments) if tool in MUTATING_TOOLS else []
+        order = list(dict.fromkeys([*named, *before.entities, *after.entities]))
         effects = self._diff(before, after, order, context, tool, seq)
         op = Op.UPDATE if effects and all(e.kind == EffectKind.UPDATE for e in effects) else None
         return result, effects, op

@@ -20,6 +20,7 @@ the upstream is not left with a half-observed write and the event is recorded.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -186,7 +187,8 @@ class _Router:
             for upstream in self.pool.upstreams.values():
                 if sep and exposed_name(upstream.name, "") == prefix + sep:
                     return upstream, rest
-            await self.list_tools()  # a name the agent did not list through us (yet)
+            with contextlib.suppress(MCPError):  # no upstream up: the call is recorded as unknown
+                await self.list_tools()  # a name the agent did not list through us (yet)
         return self.tools.get(name)
 
     async def list_prompts(self) -> list[dict[str, Any]]:
