@@ -35,7 +35,8 @@ from typing import Any
 
 import anyio
 
-from memtap.adapters.connections import Connection, open_http, open_stdio
+from memtap.adapters.connections import Connection, open_stdio
+from memtap.adapters.http_upstream import open_http
 from memtap.adapters.profiles import (
     Classification,
     Profile,
