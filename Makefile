@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The reference MCP memory server the integration tests run as a real upstream (package.json).
+NODE_STAMP := node_modules/.installed
 
 .PHONY: demo test lint typecheck pytest bench clean
 
@@ -12,6 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
+
+$(NODE_STAMP): package.json package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --no-audit --no-fund --loglevel=error && touch $@; \
+	else \
+		echo "npm not found: tests that need the reference MCP memory server will be skipped"; \
+	fi
 
 # The main job: generate a small paradigms + permission suite, replay it on the embedded backend
 # through memtap's MCP front door, and score the run: the table ends the demo.
@@ -36,16 +45,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) $(NODE_STAMP)
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(STAMP) $(NODE_STAMP)
+	$(BIN)/python benchmarks/mcp_proxy_overhead.py
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/search_scaling.py
 	$(BIN)/python benchmarks/replay_throughput.py
 	$(BIN)/python benchmarks/openai_overhead.py
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules .demo .pytest_cache .mypy_cache .ruff_cache

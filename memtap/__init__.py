@@ -16,6 +16,12 @@ from memtap.errors import (
     SchemaTooNew,
     StoreError,
     UnknownTool,
+    UnknownUpstream,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRPCError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
 )
 from memtap.trace.models import (
     AccessTags,
@@ -57,6 +63,12 @@ __all__ = [
     "TraceEvent",
     "TraceStore",
     "UnknownTool",
+    "UnknownUpstream",
+    "UpstreamError",
+    "UpstreamProtocolError",
+    "UpstreamRPCError",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
     "Visibility",
     "__version__",
 ]

@@ -19,6 +19,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from memtap.config_servers import (
+    HttpServerConfig,
+    McpServerConfig,
+    StdioServerConfig,
+    ToolKindName,
+    UpstreamOptions,
+    check_server_entry,
+)
 from memtap.errors import ConfigError
 
 __all__ = [
@@ -26,11 +34,16 @@ __all__ = [
     "CaptureRole",
     "ConfigFile",
     "EmbedderSettings",
+    "HttpServerConfig",
     "LiteLLMParams",
+    "McpServerConfig",
     "MemoryMode",
     "MemtapSection",
     "ModelEntry",
     "RouteSettings",
+    "StdioServerConfig",
+    "ToolKindName",
+    "UpstreamOptions",
     "load_config",
     "resolve_secret",
 ]
@@ -168,9 +181,21 @@ class MemtapSection(BaseModel):
 class ConfigFile(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="mcpServers")
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict, alias="mcpServers")
     model_list: list[ModelEntry] = Field(default_factory=list)
     memtap: MemtapSection = Field(default_factory=lambda: MemtapSection())
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _typed_servers(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for name, entry in value.items():
+                check_server_entry(str(name), entry)
+        return value
+
+    def enabled_servers(self) -> dict[str, McpServerConfig]:
+        """The upstreams to wrap: every entry not marked ``disabled``."""
+        return {name: server for name, server in self.mcp_servers.items() if not server.disabled}
 
     @model_validator(mode="after")
     def _references_resolve(self) -> ConfigFile:

@@ -20,6 +20,12 @@ __all__ = [
     "SchemaTooNew",
     "StoreError",
     "UnknownTool",
+    "UnknownUpstream",
+    "UpstreamError",
+    "UpstreamProtocolError",
+    "UpstreamRPCError",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
 ]
 
 
@@ -77,9 +83,46 @@ class UnknownTool(ProxyError):
     """A tool call named a tool this server does not offer."""
 
 
+class UnknownUpstream(ProxyError):
+    """A request named an upstream server memtap does not wrap."""
+
+
 class InvalidArguments(ProxyError):
     """A tool call's arguments do not match the tool's schema."""
 
 
 class ContentTooLarge(InvalidArguments):
     """Memory content larger than the configured limit."""
+
+
+class UpstreamError(BackendError):
+    """A wrapped MCP server could not serve a call; ``code`` is the JSON-RPC error code to answer with."""
+
+    code = -32603  # internal error
+
+    def __init__(self, message: str, *, upstream: str | None = None) -> None:
+        super().__init__(message)
+        self.upstream = upstream
+
+
+class UpstreamUnavailable(UpstreamError):
+    """The upstream is not running: it failed to start, exited, or is waiting out a restart backoff."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream did not answer within the per-call timeout."""
+
+    code = -32001  # request timeout
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream answered with something that is not a valid MCP result."""
+
+
+class UpstreamRPCError(UpstreamError):
+    """The upstream answered with a JSON-RPC error; memtap passes it on unchanged."""
+
+    def __init__(self, code: int, message: str, data: object = None, *, upstream: str | None = None) -> None:
+        super().__init__(message, upstream=upstream)
+        self.code = code
+        self.data = data

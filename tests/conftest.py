@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +28,8 @@ from memtap.cli.demo import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
+MEMORY_SERVER = ROOT / "node_modules" / ".bin" / "mcp-server-memory"
+MISBEHAVING = ROOT / "tests" / "upstreams" / "misbehaving.py"
 
 
 def meta(**fields: Any) -> RequestParamsMeta:
@@ -66,18 +70,41 @@ class ServerProcess:
 
 
 @pytest.fixture
+def memory_server(tmp_path: Path) -> dict[str, Any]:
+    """An mcpServers entry for the real reference memory server (npm, pinned in package.json)."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed; the reference MCP memory server runs on node")
+    if not MEMORY_SERVER.exists():
+        pytest.fail(f"{MEMORY_SERVER} is missing: run `make test` (it runs npm ci) or `npm ci` first")
+    return {"command": str(MEMORY_SERVER), "env": {"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}}
+
+
+def misbehaving_server(**env: str) -> dict[str, Any]:
+    """An mcpServers entry for tests/upstreams/misbehaving.py."""
+    return {"command": sys.executable, "args": [str(MISBEHAVING)], "env": env}
+
+
+def write_config(tmp_path: Path, servers: dict[str, Any], name: str = "memtap.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+@pytest.fixture
 def start_http_server(db_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """Start ``memtap serve --http`` on a free port; every server is stopped after the test."""
     started: list[ServerProcess] = []
 
-    def start(*extra: str, db: Path | None = None, env: dict[str, str] | None = None) -> ServerProcess:
+    def start(
+        *extra: str, db: Path | None = None, env: dict[str, str] | None = None, command: str = "serve"
+    ) -> ServerProcess:
         port = free_port()
         target = db or db_path
         cmd = [
             sys.executable,
             "-m",
             "memtap",
-            "serve",
+            command,
             "--http",
             f"127.0.0.1:{port}",
             "--db",
@@ -195,12 +222,13 @@ def serve_memtap(db_path: Path, upstream: Any) -> Iterator[Callable[..., Any]]:
     started: list[ServedMemtap] = []
 
     def start(memtap: dict[str, Any] | None = None, *, models: list[dict[str, Any]] | None = None,
-              **settings: Any) -> ServedMemtap:  # fmt: skip
+              mcp_servers: dict[str, Any] | None = None, **settings: Any) -> ServedMemtap:  # fmt: skip
         model_list = models if models is not None else [
             {"model_name": "gpt-fake", "litellm_params": {"model": "openai/fake-1", "api_base": upstream.base_url,
                                                           "api_key": "sk-upstream-secret"}},
         ]  # fmt: skip
-        served = ServedMemtap(db_path, {"model_list": model_list, "memtap": memtap or {}}, **settings).start()
+        config = {"model_list": model_list, "memtap": memtap or {}, "mcpServers": mcp_servers or {}}
+        served = ServedMemtap(db_path, config, **settings).start()
         started.append(served)
         return served
 

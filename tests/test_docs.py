@@ -217,7 +217,7 @@ def check_invocation(args: Sequence[str]) -> str | None:
         return None
     except click.UsageError as exc:
         return f"{' '.join(path)}: {exc.format_message()}"
-    if isinstance(command, click.Group):
+    if isinstance(command, click.Group) and not command.invoke_without_command:
         return f"{' '.join(path)} is a group: name one of its commands"
     return None
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import openai
-import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from served import ServedMemtap, chats
 
@@ -197,16 +198,39 @@ def test_injected_message_format_keeps_provenance() -> None:
     ]
 
 
-@pytest.mark.parametrize("backend", ["mcp:memory"])
-def test_a_wrapped_mcp_backend_is_a_clear_config_error_until_the_upstream_proxy_exists(
-    tmp_path: Any, backend: str
+def test_auto_mode_over_a_wrapped_reference_memory_server(
+    serve_memtap: Serve, upstream: Any, memory_server: dict[str, Any]
 ) -> None:
-    from click.testing import CliRunner
+    memtap = serve_memtap({"memory": "auto", "backend": "mcp:memory"}, mcp_servers={"memory": memory_server})
+    client = openai.OpenAI(api_key="x", base_url=memtap.base_url, default_headers={"X-Memtap-Session": "s1"})
+    _say(client, "I go to the FitLife gym on Tuesdays", user="alice")
+    memtap.events(lambda events: any(e.op == Op.WRITE for e in events))
+    _say(client, "Which gym do I go to?", user="alice", extra_headers={"X-Memtap-Session": "s2"})
+    events = memtap.events(chats(2))
 
-    from memtap.cli.main import cli
+    # The upstream model saw the memory the reference server returned.
+    second = upstream.state.received[1]["messages"]
+    assert [m["role"] for m in second] == ["system", "system", "user"]
+    assert "I go to the FitLife gym on Tuesdays" in second[1]["content"]
 
-    config = tmp_path / "memtap.yaml"
-    config.write_text(f"mcpServers: {{memory: {{command: npx}}}}\nmemtap: {{backend: '{backend}'}}\n")
-    result = CliRunner().invoke(cli, ["serve", "--config", str(config), "--db", str(tmp_path / "t.db")])
-    assert result.exit_code == 2
-    assert result.stderr.startswith("memtap: error: memtap.backend 'mcp:memory' needs the upstream MCP proxy")
+    # The capture is a real observation of a new entity for alice: two adds, entity and observation.
+    write = next(e for e in events if e.op == Op.WRITE)
+    entity, effect = write.effects
+    assert (entity.kind.value, entity.item_id.startswith("ent_"), entity.content_after) == (
+        "add",
+        True,
+        "alice (speaker)",
+    )
+    assert (write.backend, effect.kind.value, effect.content_after) == (
+        "memory", "add", "I go to the FitLife gym on Tuesdays",
+    )  # fmt: skip
+    assert (write.context.namespace, write.context.session) == ("alice", "s1")
+    stored = [
+        json.loads(line) for line in Path(memory_server["env"]["MEMORY_FILE_PATH"]).read_text().splitlines()
+    ]
+    [alice] = [e for e in stored if e.get("type") == "entity" and e.get("name") == "alice"]
+    assert alice["observations"][0] == "I go to the FitLife gym on Tuesdays"
+    chat2 = [e for e in events if e.op == Op.CHAT][1]
+    [search] = [e for e in events if e.parent_id == chat2.id and e.op == Op.RETRIEVE]
+    assert [eff.item_id for eff in search.effects] == [effect.item_id]
+    assert chat2.result["memory"]["injected"] == [effect.item_id]

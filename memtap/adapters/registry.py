@@ -1,8 +1,9 @@
 """Which memory backend a process runs: ``memtap.backend`` in the config file.
 
-``builtin`` is memtap's embedded store. ``mcp:NAME`` is a server from ``mcpServers``
-wrapped by the upstream MCP proxy; a build that has that proxy registers a factory
-for ``mcp`` in :data:`BACKENDS`, and until then the name is a clear ConfigError.
+``builtin`` is memtap's embedded store, opened here. ``mcp:NAME`` is the server NAME of
+the config's ``mcpServers``, wrapped by the upstream MCP proxy: the runtime starts it with
+the other upstreams and uses its profile's write and search (see
+:class:`memtap.adapters.upstream_backend.UpstreamMemoryBackend`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ BACKENDS: dict[str, BackendFactory] = {"builtin": lambda _name, _config, db: Bui
 
 
 def check_backend(config: ConfigFile) -> None:
-    """Raise the ConfigError :func:`open_backend` would, without opening anything."""
+    """Raise the ConfigError opening the backend would, without opening anything."""
     kind, _, name = config.memtap.backend.partition(":")
+    if kind == "mcp" and name in config.mcp_servers:
+        return
     if kind not in BACKENDS:
         _unavailable(config.memtap.backend, kind, name)
 
@@ -41,8 +44,5 @@ def open_backend(config: ConfigFile, db: Path) -> MemoryBackend:
 
 def _unavailable(spec: str, kind: str, name: str) -> NoReturn:
     if kind == "mcp":
-        raise ConfigError(
-            f"memtap.backend {spec!r} needs the upstream MCP proxy (a wrapped mcpServers.{name}), "
-            "which this build of memtap does not have yet; use backend: builtin"
-        )
+        raise ConfigError(f"memtap.backend {spec!r} names no server in mcpServers")
     raise ConfigError(f"unknown memtap.backend {spec!r}; use builtin or mcp:NAME")

@@ -88,10 +88,10 @@ def serve(
         console_spans=console_spans,
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
-    anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=_loop_options())
+    anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
 
 
-def _loop_options() -> dict[str, bool]:
+def loop_options() -> dict[str, bool]:
     """uvloop when it is installed (uvicorn[standard] brings it): about halves the event loop's
     cost per proxied call (docs/chat-proxy.md)."""
     import importlib.util

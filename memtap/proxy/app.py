@@ -1,5 +1,9 @@
 """The ASGI app ``memtap serve`` runs: the MCP front door at ``/mcp``, the OpenAI-compatible
-front door at ``/v1/...`` and ``/healthz``."""
+front door at ``/v1/...``, the replay clock and ``/healthz``.
+
+With upstreams (``memtap proxy``), ``/mcp`` serves the tools of every wrapped server
+and ``/servers/NAME/mcp`` those of one.
+"""
 
 from __future__ import annotations
 
@@ -83,7 +87,13 @@ class PrincipalGate:
 def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     """The app over an open runtime; its lifespan runs the MCP session manager."""
     settings = runtime.settings
-    server = build_mcp_server(runtime.service, default_principal=settings.default_principal)
+    pool = runtime.upstreams if runtime.forwarding else None
+    if pool is None:
+        server = build_mcp_server(runtime.service, default_principal=settings.default_principal)
+    else:
+        from memtap.proxy.forward import build_forward_server
+
+        server = build_forward_server(pool, runtime.recorder, default_principal=settings.default_principal)
     security = (
         TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -93,12 +103,24 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         if is_loopback(host)
         else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
-    manager = StreamableHTTPSessionManager(
-        app=server,
-        json_response=True,
-        security_settings=security,
-        max_request_body_size=max(4 << 20, 2 * settings.max_content_bytes + (64 << 10)),
-    )
+
+    def session_manager(server: Any) -> StreamableHTTPSessionManager:
+        return StreamableHTTPSessionManager(
+            app=server,
+            json_response=True,
+            security_settings=security,
+            max_request_body_size=max(4 << 20, 2 * settings.max_content_bytes + (64 << 10)),
+        )
+
+    manager = session_manager(server)
+    per_upstream: dict[str, StreamableHTTPSessionManager] = {}
+    if pool is not None:
+        for name in pool.upstreams:
+            per_upstream[name] = session_manager(
+                build_forward_server(
+                    pool, runtime.recorder, only=name, default_principal=settings.default_principal
+                )
+            )
     started = time.monotonic()
     openai = OpenAIFrontDoor(
         settings.config, runtime.service, runtime.recorder, default_principal=settings.default_principal
@@ -106,7 +128,12 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with manager.run(), openai.running():
+        async with contextlib.AsyncExitStack() as stack:
+            if runtime.upstreams is not None:  # a no-op when `memtap serve` runs it
+                await stack.enter_async_context(runtime.upstreams.run())
+            for each in (manager, *per_upstream.values()):
+                await stack.enter_async_context(each.run())
+            await stack.enter_async_context(openai.running())
             yield
 
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -124,6 +151,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             "backend": runtime.backend.name,
             "uptime_s": round(time.monotonic() - started, 3),
             "recorder": runtime.recorder.stats_dict(),
+            **({"upstreams": runtime.upstreams.status()} if runtime.upstreams is not None else {}),
         }
 
     # A Route, not a Mount: a Mount answers POST /mcp with a redirect to /mcp/, an extra
@@ -138,4 +166,14 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     )
     app.router.routes.extend(openai_routes)
     app.add_middleware(DirectRoutes, routes=openai_routes)
+    if pool is not None:
+        from memtap.proxy.forward import ByUpstream
+
+        by_upstream = ByUpstream(
+            {name: each.handle_request for name, each in per_upstream.items()}, runtime.recorder
+        )
+        endpoint = PrincipalGate(by_upstream, settings.api_keys, settings.default_principal)
+        app.router.routes.append(
+            Route("/servers/{name}/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+        )
     return app

@@ -6,13 +6,18 @@ import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from memtap.adapters.base import MemoryBackend
 from memtap.adapters.registry import open_backend
-from memtap.config import ConfigFile
+from memtap.config import ConfigFile, McpServerConfig
 from memtap.errors import ConfigError
 from memtap.proxy.policy import GateMode
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
 from memtap.trace.writer import Recorder
+
+if TYPE_CHECKING:
+    from memtap.adapters.pool import UpstreamPool
 
 __all__ = ["Runtime", "Settings", "default_db_path", "is_loopback", "parse_api_keys"]
 
@@ -62,6 +67,11 @@ class Settings:
     record_linger_s: float = 0.01
     # The config file (--config): chat upstreams (model_list) and memtap's own section.
     config: ConfigFile = field(default_factory=ConfigFile)
+    # memtap proxy: the MCP servers to wrap (empty: serve the builtin memory tools).
+    upstreams: dict[str, McpServerConfig] = field(default_factory=dict)
+    upstream_eager: bool = True
+    upstream_timeout: float | None = None
+    upstream_inherit_env: bool = False
 
     def check_bind(self, host: str) -> None:
         """A memory proxy is never opened to a network by accident."""
@@ -79,14 +89,43 @@ class Runtime:
         self.settings = settings
         self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
         self.recorder.start()
+        self.upstreams: UpstreamPool | None = None
+        servers = dict(settings.upstreams)
+        kind, _, wrapped = settings.config.memtap.backend.partition(":")
+        if kind == "mcp" and wrapped not in servers:
+            # The memory backend is a server of the config's mcpServers: wrap it too.
+            servers[wrapped] = settings.config.mcp_servers[wrapped]
         try:
-            self.backend = open_backend(settings.config, settings.db)
+            if servers:
+                from memtap.adapters.pool import UpstreamPool, status_dir
+
+                self.upstreams = UpstreamPool(
+                    servers,
+                    self.recorder,
+                    eager=settings.upstream_eager,
+                    timeout=settings.upstream_timeout,
+                    inherit_env=settings.upstream_inherit_env,
+                    status_file=status_dir(settings.db) / f"{os.getpid()}.json",
+                    db=settings.db,
+                    principal=settings.default_principal,
+                )
+            if kind == "mcp":
+                assert self.upstreams is not None
+                self.backend: MemoryBackend = self.upstreams.memory_backend(wrapped)
+            else:
+                self.backend = open_backend(settings.config, settings.db)
         except Exception:
             self.recorder.close()
             raise
         self.service = MemoryService(
             self.backend, self.recorder, gate=settings.gate, max_content_bytes=settings.max_content_bytes
         )
+
+    @property
+    def forwarding(self) -> bool:
+        """``memtap proxy``: the MCP front doors serve the wrapped servers' own tools. Otherwise
+        they serve memtap's memory tools (over a wrapped server when the backend is ``mcp:NAME``)."""
+        return bool(self.settings.upstreams)
 
     async def aclose(self) -> None:
         await self.backend.close()

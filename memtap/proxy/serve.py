@@ -20,14 +20,21 @@ __all__ = ["serve"]
 
 log = logging.getLogger("memtap.serve")
 
+SWITCH_INTERVAL_S = 0.0002
+
 
 async def _serve_stdio(runtime: Runtime) -> None:
-    from mcp.server.stdio import stdio_server
-
     from memtap.proxy.mcp_server import build_mcp_server
+    from memtap.proxy.stdio import stdio_streams
 
-    server = build_mcp_server(runtime.service, default_principal=runtime.settings.default_principal)
-    async with stdio_server() as (read, write):
+    principal = runtime.settings.default_principal
+    if runtime.upstreams is not None and runtime.forwarding:
+        from memtap.proxy.forward import build_forward_server
+
+        server = build_forward_server(runtime.upstreams, runtime.recorder, default_principal=principal)
+    else:
+        server = build_mcp_server(runtime.service, default_principal=principal)
+    async with stdio_streams() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 
@@ -58,6 +65,10 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
     """Serve until stopped (a signal on HTTP, end of input on stdio); flush the trace on the way out."""
     if http is not None:
         settings.check_bind(http[0])
+    # The recorder's writer thread holds the GIL while it builds rows; every pipe or socket
+    # write on the event loop releases the GIL and then waits for it back, up to the switch
+    # interval (5 ms by default). A shorter interval bounds that wait on each call.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     configure_tracing(console=settings.console_spans)
     runtime = Runtime(settings)
     try:
@@ -78,7 +89,11 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
             )
             uvicorn_server = uvicorn.Server(config)
             if not stdio:  # on stdio, standard error may be a client's log: stay quiet there
-                print(f"memtap: serving MCP at http://{host}:{port}/mcp (db {settings.db})", file=sys.stderr)
+                wrapped = f"upstreams {', '.join(settings.upstreams)}; " if runtime.forwarding else ""
+                print(
+                    f"memtap: serving MCP at http://{host}:{port}/mcp ({wrapped}db {settings.db})",
+                    file=sys.stderr,
+                )
                 if settings.config.model_list or settings.config.memtap.embeddings:
                     print(f"memtap: serving the OpenAI API at http://{host}:{port}/v1", file=sys.stderr)
         cancels: list[Callable[[], None]] = []
@@ -89,8 +104,9 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
             for cancel in cancels:
                 cancel()
 
+        upstreams = runtime.upstreams.run() if runtime.upstreams is not None else contextlib.nullcontext()
         with _stop_on_signals(stop):
-            async with anyio.create_task_group() as tg:
+            async with upstreams, anyio.create_task_group() as tg:
                 cancels.append(tg.cancel_scope.cancel)
                 if uvicorn_server is not None:
                     tg.start_soon(uvicorn_server.serve)

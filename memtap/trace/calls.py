@@ -128,7 +128,7 @@ async def recorded_call(
             front_door=front_door,
             backend=backend,
             tool=tool,
-            op=op,
+            op=record.op,  # the serving code may refine it once it knows (a write that replaced: update)
             context=record.context or fallback_context(),
             arguments=arguments,
             result=record.value,

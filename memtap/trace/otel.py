@@ -147,6 +147,15 @@ def finish_memory_span(span: Span, event: TraceEvent, query: str | None = None) 
     if not span.is_recording():
         return
     span.set_attribute("memtap.event_id", event.id)
+    operation = OPERATION_NAMES.get(event.op, event.op.value)
+    span.update_name(f"{operation} {event.backend}")
+    span.set_attributes(
+        {
+            "gen_ai.operation.name": operation,
+            "openinference.span.kind": _SPAN_KINDS.get(event.op, "TOOL"),
+            "memtap.op": event.op.value,
+        }
+    )
     span.set_attributes(_context_attributes(event.context))
     ids = [eff.item_id for eff in event.effects]
     if event.op == Op.RETRIEVE:

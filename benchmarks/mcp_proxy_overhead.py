@@ -1,0 +1,269 @@
+"""What ``memtap proxy`` adds to each call to the reference MCP memory server.
+
+One run, four paths, the same sequence of tool calls on each:
+
+* direct -- the official ``mcp`` client over stdio to ``mcp-server-memory`` (npm);
+* stdio  -- the same client to ``memtap proxy --stdio`` (launched as a subprocess, as a
+  desktop client would), which wraps its own ``mcp-server-memory``;
+* http   -- the same client over streamable HTTP to ``memtap proxy --http``;
+* floor  -- the same client to ``benchmarks/naive_forwarder.py``: a Python MCP server that
+  only forwards (the SDK's ``Server`` on memtap's stdio transport and stdio client), the
+  least any Python stdio proxy adds.
+
+Each path has its own server and storage file, pre-filled with the same graph
+(``--entities`` entities of 5 observations, half as many relations), so the upstream
+does the same work on each. A round is ``--iterations`` repetitions of seven calls on a
+fresh entity: create_entities (2 observations), add_observations, search_nodes,
+delete_observations, add_observations (the replacement), open_nodes, delete_entities.
+Rounds rotate over the paths (``--rounds``), so drift on a noisy machine hits all of them.
+
+Read the tables as: stdio - direct is what memtap adds over stdio (its MCP server hop,
+the forwarding, the state diff of mutating calls, the recording); http - direct also
+holds the streamable HTTP transport, which is the SDK's (about 3 ms per call measured
+here), not memtap's. "memtap's own" is the ``overhead_ms`` memtap recorded for each call
+in its trace (time in memtap's handler outside the upstream's call: routing, context, the
+state reads before and after a write, building and queueing the event).
+
+Run: ``.venv/bin/python benchmarks/mcp_proxy_overhead.py`` (about a minute on 2 cores), or
+``--quick`` for a smoke run. Needs node and ``npm ci`` (``make bench`` does both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = ROOT / "node_modules" / ".bin" / "mcp-server-memory"
+TOOLS = (
+    "create_entities", "add_observations", "search_nodes", "delete_observations",
+    "add_observations+", "open_nodes", "delete_entities",
+)  # fmt: skip
+PATHS = ("direct", "floor", "stdio", "http")
+
+Call = Callable[[str, dict[str, Any], Any], Awaitable[Any]]
+
+
+def fill_graph(path: Path, entities: int) -> None:
+    lines = []
+    for i in range(entities):
+        observations = [f"person {i} likes topic {j}" for j in range(5)]
+        lines.append(json.dumps({"type": "entity", "name": f"person{i}", "entityType": "person",
+                                 "observations": observations}))  # fmt: skip
+    for i in range(entities // 2):
+        relation = {"type": "relation", "from": f"person{i}", "to": f"person{i + 1}", "relationType": "knows"}
+        lines.append(json.dumps(relation))
+    path.write_text("\n".join(lines))
+
+
+def sequence(i: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """Seven calls on a fresh entity; the second add_observations replaces a deleted observation."""
+    name = f"bench{i}"
+
+    def observe(text: str) -> dict[str, Any]:
+        return {"observations": [{"entityName": name, "contents": [text]}]}
+
+    created = {"name": name, "entityType": "person", "observations": [f"fact {i} a", f"fact {i} b"]}
+    return [
+        ("create_entities", "create_entities", {"entities": [created]}),
+        ("add_observations", "add_observations", observe(f"fact {i} c")),
+        ("search_nodes", "search_nodes", {"query": f"fact {i} "}),
+        ("delete_observations", "delete_observations",
+         {"deletions": [{"entityName": name, "observations": [f"fact {i} a"]}]}),
+        ("add_observations+", "add_observations", observe(f"fact {i} d")),
+        ("open_nodes", "open_nodes", {"names": [name]}),
+        ("delete_entities", "delete_entities", {"entityNames": [name]}),
+    ]  # fmt: skip
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[Any, Path | None]]:
+    """A connected client for one path (and the trace database memtap writes, if any)."""
+    import httpx2
+    from mcp import Client, StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
+
+    from memtap.cli.demo import wait_healthy
+
+    folder = work / path
+    folder.mkdir()
+    memory = folder / "memory.jsonl"
+    fill_graph(memory, entities)
+    upstream = {"command": str(SERVER), "env": {"MEMORY_FILE_PATH": str(memory)}}
+    config = folder / "memtap.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": upstream}}))
+    db = folder / "trace.db"
+    if path == "direct":
+        async with Client(StdioServerParameters(command=str(SERVER), env=upstream["env"])) as client:
+            yield client, None
+    elif path == "floor":
+        forwarder = str(ROOT / "benchmarks" / "naive_forwarder.py")
+        env = {**os.environ, **upstream["env"]}
+        async with Client(
+            StdioServerParameters(command=sys.executable, args=[forwarder, str(SERVER)], env=env)
+        ) as client:
+            yield client, None
+    elif path == "stdio":
+        args = ["-m", "memtap", "proxy", "--stdio", "--config", str(config), "--db", str(db)]
+        params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
+        async with Client(params) as client:
+            yield client, db
+    else:
+        port = free_port()
+        cmd = [sys.executable, "-m", "memtap", "proxy", "--http", f"127.0.0.1:{port}"]
+        proc = subprocess.Popen(
+            [*cmd, "--config", str(config), "--db", str(db)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}/healthz", proc)
+            async with (
+                httpx2.AsyncClient(timeout=60) as http,
+                Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client,
+            ):
+                yield client, db
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
+async def run_rounds(
+    clients: dict[str, Any], iterations: int, rounds: int, first: int = 0
+) -> dict[str, dict[str, list[float]]]:
+    """Call times by path and call; ``first`` numbers the sequences (their entities and turns)."""
+    from mcp.types import RequestParamsMeta
+
+    times: dict[str, dict[str, list[float]]] = {p: {t: [] for t in TOOLS} for p in PATHS}
+    counter = first
+    for r in range(rounds):
+        order = PATHS[r % len(PATHS) :] + PATHS[: r % len(PATHS)]
+        for path in order:
+            client = clients[path]
+            for _ in range(iterations):
+                counter += 1
+                for label, tool, args in sequence(counter):
+                    meta = cast(RequestParamsMeta, {"memtap": {"session": "bench", "turn": str(counter)}})
+                    started = time.perf_counter()
+                    result = await client.call_tool(tool, args, meta=meta)
+                    elapsed = (time.perf_counter() - started) * 1000
+                    if result.is_error:
+                        raise SystemExit(f"{path} {tool} failed: {result.content}")
+                    times[path][label].append(elapsed)
+    return times
+
+
+def own_overhead(db: Path, first: int) -> dict[str, list[float]]:
+    """memtap's recorded overhead_ms by call, for the measured sequences (turns above ``first``)."""
+    from memtap.trace.store import TraceStore
+
+    store = TraceStore(db)
+    try:
+        events = store.list_events()
+    finally:
+        store.close()
+    out: dict[str, list[float]] = {t: [] for t in TOOLS}
+    replaced: set[str] = set()
+    for event in events:
+        if int(event.context.turn or 0) <= first:
+            continue  # warm-up
+        label = event.tool
+        if event.tool == "add_observations" and event.context.turn in replaced:
+            label = "add_observations+"
+        if event.tool == "add_observations":
+            replaced.add(event.context.turn or "")
+        if label in out and event.overhead_ms is not None and event.status == "ok":
+            out[label].append(event.overhead_ms)
+    return out
+
+
+async def main(args: argparse.Namespace) -> None:
+    if not SERVER.exists():
+        raise SystemExit(f"{SERVER} is missing: run `make bench` (npm ci) first")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        async with contextlib.AsyncExitStack() as stack:
+            clients: dict[str, Any] = {}
+            dbs: dict[str, Path | None] = {}
+            for path in PATHS:
+                clients[path], dbs[path] = await stack.enter_async_context(connect(path, work, args.entities))
+            await run_rounds(clients, args.warmup, 3)  # warm up every path
+            warmed = args.warmup * 3 * len(PATHS)
+            times = await run_rounds(clients, args.iterations, args.rounds, first=warmed)
+        report(times, {p: own_overhead(db, warmed) for p, db in dbs.items() if db is not None}, args)
+
+
+def report(
+    times: dict[str, dict[str, list[float]]], own: dict[str, dict[str, list[float]]], args: Any
+) -> None:
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    package = ROOT / "node_modules" / "@modelcontextprotocol" / "server-memory" / "package.json"
+    version = json.loads(package.read_text())["version"]
+    print(f"# memtap proxy overhead: {platform.platform()}, {os.cpu_count()} CPUs")
+    print(f"# python {platform.python_version()}, node {node}, @modelcontextprotocol/server-memory {version}")
+    print(
+        f"# graph: {args.entities} entities x 5 observations + {args.entities // 2} relations;"
+        f" {args.rounds} rounds x {args.iterations} sequences per path; times in ms\n"
+    )
+    header = (
+        f"{'call':<20}{'direct':>8}{'p99':>7}{'floor':>8}{'p99':>7}{'stdio':>8}{'p99':>7}{'http':>8}{'p99':>7}"
+        f"{'+stdio':>8}{'x':>6}{'-floor':>8}{'+http':>7}{'own':>7}{'p99':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in [*TOOLS, "all calls"]:
+        tools = TOOLS if row == "all calls" else (row,)
+        by_path = {p: [v for t in tools for v in times[p][t]] for p in PATHS}
+        mine = [v for recorded in own.values() for t in tools for v in recorded[t]]
+        d, f, s, h = (pct(by_path[p], 0.5) for p in PATHS)
+        d99, f99, s99, h99 = (pct(by_path[p], 0.99) for p in PATHS)
+        o50, o99 = pct(mine, 0.5), pct(mine, 0.99)
+        print(
+            f"{row:<20}{d:>8.2f}{d99:>7.2f}{f:>8.2f}{f99:>7.2f}{s:>8.2f}{s99:>7.2f}{h:>8.2f}{h99:>7.2f}"
+            f"{s - d:>8.2f}{s / d:>6.2f}{s - f:>8.2f}{h - d:>7.2f}{o50:>7.3f}{o99:>7.3f}"
+        )
+    print(
+        "\nmedians (p50) and p99 in ms. direct: client -> server; floor: client -> a forwarder that only"
+        " forwards -> server;\nstdio, http: client -> memtap proxy -> server. +stdio, +http: median added"
+        " over direct; x: stdio / direct;\n-floor: stdio minus floor (what recording, context and the state"
+        " diff cost); own: overhead_ms in memtap's trace."
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=60, help="sequences per path per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--entities", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 5")
+    options = parser.parse_args()
+    if options.quick:
+        options.iterations, options.rounds, options.warmup = 5, 1, 1
+    import anyio
+
+    anyio.run(main, options)

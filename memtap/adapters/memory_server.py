@@ -1,0 +1,341 @@
+"""Real effects of the reference MCP memory server (``@modelcontextprotocol/server-memory``).
+
+A memory item there is one observation of one entity; entities and relations are
+items too. The server's answers are not evidence of what it did: deletes always
+report success and ``create_entities`` silently skips names that exist. So memtap
+reads the state of the entities a mutating call names, before and after the call,
+and records the difference.
+
+Reading it cheaply and exactly: from the server's own storage file when memtap knows
+where it is (:mod:`memtap.adapters.graph_state`: a C-level scan for the named
+entities, cached under the file's identity stamp). When the path is not known (a
+server started through ``npx`` without ``MEMORY_FILE_PATH``), or the file turns out
+not to be the server's (it is checked against ``open_nodes`` until it has agreed on
+a write that left something in the graph), memtap asks the server itself with
+``open_nodes`` before and after.
+
+Mutating calls to one upstream are serialised (``Upstream.write_lock``): two writes
+in flight at once would make each one's before/after difference include the
+other's changes (and the server itself loses one of two concurrent saves). Reads
+are not serialised.
+
+Ids are stable and content-derived (``obs_``/``ent_``/``rel_`` + a hash), so the
+same observation has the same id in every event of a run, and across restarts.
+A ``delete_observations`` followed by ``add_observations`` on the same entity in
+the same turn (same session and turn from the context; without a turn, the very
+next write) is recorded as an update: the new observation's effect is ``update``
+with ``derived_from`` naming the observation it replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from memtap.adapters.graph_state import FileState, Graph, Relation, graph_from_result, memory_file_for
+from memtap.errors import UpstreamError
+from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op
+
+if TYPE_CHECKING:
+    from memtap.adapters.upstream import Upstream
+    from memtap.trace.calls import CallRecord
+
+__all__ = [
+    "MUTATING_TOOLS",
+    "Graph",
+    "GraphTap",
+    "entity_id",
+    "graph_from_result",
+    "memory_file_for",
+    "named_entities",
+    "observation_id",
+    "relation_id",
+    "relation_text",
+    "retrieval_effects",
+]
+
+log = logging.getLogger("memtap.upstream")
+
+MUTATING_TOOLS = frozenset(
+    {
+        "create_entities", "create_relations", "add_observations",
+        "delete_entities", "delete_observations", "delete_relations",
+    }
+)  # fmt: skip
+_READS = frozenset({"read_graph", "search_nodes", "open_nodes"})
+_PENDING_LIMIT = 1024
+
+
+def _hash(*parts: str) -> str:
+    data = "\x1f".join(parts).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def observation_id(entity: str, text: str) -> str:
+    return "obs_" + _hash(entity, text)
+
+
+def entity_id(name: str) -> str:
+    return "ent_" + _hash(name)
+
+
+def relation_id(relation: Relation) -> str:
+    return "rel_" + _hash(*relation)
+
+
+def relation_text(relation: Relation) -> str:
+    return f"{relation[0]} {relation[1]} {relation[2]}"
+
+
+def named_entities(tool: str, arguments: dict[str, Any]) -> list[str]:
+    """The entity names a mutating call can change (relations touching them included)."""
+
+    def strings(values: Iterable[Any]) -> list[str]:
+        return [v for v in values if isinstance(v, str)]
+
+    def field_of(key: str, sub: str) -> list[Any]:
+        items = arguments.get(key)
+        return [i.get(sub) for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+    if tool == "create_entities":
+        names = strings(field_of("entities", "name"))
+    elif tool == "add_observations":
+        names = strings(field_of("observations", "entityName"))
+    elif tool == "delete_observations":
+        names = strings(field_of("deletions", "entityName"))
+    elif tool == "delete_entities":
+        given = arguments.get("entityNames")
+        names = strings(given) if isinstance(given, list) else []
+    else:  # create_relations, delete_relations
+        names = strings(field_of("relations", "from") + field_of("relations", "to"))
+    return list(dict.fromkeys(names))
+
+
+def _nothing() -> None:
+    pass
+
+
+class GraphTap:
+    """Forwards calls to a reference memory server and derives what each one really changed."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        path = memory_file_for(upstream.config)
+        self.file = FileState(path) if path is not None else None
+        self._verified = False
+        self._seq = 0
+        # Observations a delete_observations removed, by (namespace, session, turn, entity),
+        # waiting for an add_observations in the same turn that replaces them.
+        self._removed: OrderedDict[tuple[str | None, ...], tuple[int, list[str]]] = OrderedDict()
+
+    @property
+    def method(self) -> str:
+        return f"file {self.file.path}" if self.file is not None else "open_nodes"
+
+    async def _open_nodes(self, names: frozenset[str]) -> Graph:
+        if not names:
+            return Graph()
+        result = await self.upstream.call_tool("open_nodes", {"names": sorted(names)})
+        if result.get("isError"):
+            raise UpstreamError(
+                f"open_nodes failed on upstream {self.upstream.name!r}: {result.get('content')}"
+            )
+        return graph_from_result(result)
+
+    async def _read(self, names: frozenset[str] | None, *, fresh: bool) -> Graph:
+        """The state of the entities ``names`` (and relations touching them); None: the whole graph."""
+        if names is None:
+            if self.file is not None:
+                with contextlib.suppress(OSError):
+                    graph = self.file.scan_all()
+                    return graph
+            return graph_from_result(await self.upstream.call_tool("read_graph", {}))
+        if self.file is None:
+            return await self._open_nodes(names)
+        try:
+            graph = self.file.read(names, fresh=fresh)
+        except OSError as exc:
+            log.warning("upstream %s: cannot read %s (%s); reading state with open_nodes",
+                        self.upstream.name, self.file.path, exc)  # fmt: skip
+            self.file = None
+            return await self._open_nodes(names)
+        if not self._verified and names:
+            # Until the file has been seen to hold what the server reports (on a non-empty
+            # graph, before and after a write), ask the server too and believe the server.
+            told = await self._open_nodes(names)
+            if told.entities != graph.entities or sorted(told.relations) != sorted(graph.relations):
+                log.warning(
+                    "upstream %s: %s does not hold the graph the server reports; using open_nodes",
+                    self.upstream.name,
+                    self.file.path,
+                )
+                self.file = None
+                return told
+            self._verified = bool(fresh and (graph.entities or graph.relations))
+        return graph
+
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None,
+        context: Context,
+        record: CallRecord | None,
+    ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]:
+        """Forward one call; returns the upstream's result, the real effects, and a refined op.
+
+        ``record``, when given, learns where the upstream's own time begins and ends.
+        """
+        upstream = self.upstream
+        start = record.start_backend if record is not None else _nothing
+        end = record.end_backend if record is not None else _nothing
+        if tool not in MUTATING_TOOLS and (tool in _READS or not upstream.kind_of(tool).mutates):
+            start()
+            result = await upstream.call_tool(tool, arguments, meta)
+            end()
+            effects = retrieval_effects(result, context) if tool == "search_nodes" else []
+            return result, effects, None
+        # A write this profile does not know (a newer server's tool) is diffed over the whole graph.
+        names = frozenset(named_entities(tool, arguments)) if tool in MUTATING_TOOLS else None
+        async with upstream.write_lock:
+            self._seq += 1
+            seq = self._seq
+            before = await self._read(names, fresh=False)
+            start()
+            try:
+                result = await upstream.call_tool(tool, arguments, meta)
+            except UpstreamError:
+                if self.file is not None:
+                    self.file.forget()  # a timed-out write may still land: read fresh next time
+                raise
+            finally:
+                end()
+            try:
+                after = await self._read(names, fresh=True)
+            except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded
+                log.exception("upstream %s: could not read the state after %s", upstream.name, tool)
+                if self.file is not None:
+                    self.file.forget()
+                return result, [], None
+        named = named_entities(tool, arguments) if tool in MUTATING_TOOLS else []
+        order = list(dict.fromkeys([*named, *before.entities, *after.entities]))
+        effects = self._diff(before, after, order, context, tool, seq)
+        op = Op.UPDATE if effects and all(e.kind == EffectKind.UPDATE for e in effects) else None
+        return result, effects, op
+
+    def _diff(
+        self, before: Graph, after: Graph, order: list[str], ctx: Context, tool: str, seq: int
+    ) -> list[MemoryEffect]:
+        ns = ctx.namespace
+        tags = AccessTags(owner=ns)
+        effects: list[MemoryEffect] = []
+        for name in order:
+            old, new = before.entities.get(name), after.entities.get(name)
+            if old is None and new is not None:
+                effects.append(
+                    MemoryEffect(
+                        kind=EffectKind.ADD, item_id=entity_id(name), namespace=ns,
+                        content_after=f"{name} ({new[0]})", tags_after=tags,
+                    )
+                )  # fmt: skip
+            elif old is not None and new is None:
+                effects.append(
+                    MemoryEffect(
+                        kind=EffectKind.DELETE, item_id=entity_id(name), namespace=ns,
+                        content_before=f"{name} ({old[0]})",
+                    )
+                )  # fmt: skip
+            old_obs = dict.fromkeys(old[1]) if old else {}  # ordered sets
+            new_obs = dict.fromkeys(new[1]) if new else {}
+            removed = [o for o in old_obs if o not in new_obs]
+            added = [o for o in new_obs if o not in old_obs]
+            effects.extend(
+                MemoryEffect(
+                    kind=EffectKind.DELETE,
+                    item_id=observation_id(name, text),
+                    namespace=ns,
+                    content_before=text,
+                )
+                for text in removed
+            )
+            key = (ns, ctx.session, ctx.turn, name)
+            if tool == "delete_observations" and removed:
+                self._removed[key] = (seq, removed)
+                self._removed.move_to_end(key)
+                while len(self._removed) > _PENDING_LIMIT:
+                    self._removed.popitem(last=False)
+            replaced = self._replaced(key, added, seq) if tool == "add_observations" else {}
+            for text in added:
+                sources = [observation_id(name, o) for o in replaced.get(text, [])]
+                new_id = observation_id(name, text)
+                effects.append(
+                    MemoryEffect(
+                        kind=EffectKind.UPDATE if sources else EffectKind.ADD,
+                        item_id=new_id,
+                        namespace=ns,
+                        content_before="\n".join(replaced[text]) if sources else None,
+                        content_after=text,
+                        tags_after=tags,
+                        derived_from=sources,
+                    )
+                )
+        old_rel, new_rel = set(before.relations), set(after.relations)
+        for relation in dict.fromkeys(before.relations):
+            if relation not in new_rel:
+                effects.append(
+                    MemoryEffect(
+                        kind=EffectKind.DELETE, item_id=relation_id(relation), namespace=ns,
+                        content_before=relation_text(relation),
+                    )
+                )  # fmt: skip
+        for relation in dict.fromkeys(after.relations):
+            if relation not in old_rel:
+                effects.append(
+                    MemoryEffect(
+                        kind=EffectKind.ADD, item_id=relation_id(relation), namespace=ns,
+                        content_after=relation_text(relation), tags_after=tags,
+                    )
+                )  # fmt: skip
+        return effects
+
+    def _replaced(self, key: tuple[str | None, ...], added: list[str], seq: int) -> dict[str, list[str]]:
+        """Pair observations just added with those the same turn removed from the same entity."""
+        pending = self._removed.get(key)
+        if pending is None or not added:
+            return {}
+        removed_seq, removed = pending
+        if key[2] is None and removed_seq != seq - 1:  # no turn: only the very next write pairs
+            return {}
+        del self._removed[key]
+        candidates = [o for o in added if o not in removed]
+        if len(candidates) == 1:
+            return {candidates[0]: removed}
+        return {new: [old] for new, old in zip(candidates, removed, strict=False)}
+
+
+def retrieval_effects(result: dict[str, Any], ctx: Context) -> list[MemoryEffect]:
+    """What a search returned, in order: each observation of each entity, then each relation."""
+    if result.get("isError"):
+        return []
+    graph = graph_from_result(result)
+    effects: list[MemoryEffect] = []
+    for name, (_, observations) in graph.entities.items():
+        for text in dict.fromkeys(observations):
+            effects.append(
+                MemoryEffect(
+                    kind=EffectKind.RETRIEVE, item_id=observation_id(name, text), namespace=ctx.namespace,
+                    content_after=text, rank=len(effects) + 1,
+                )
+            )  # fmt: skip
+    for relation in dict.fromkeys(graph.relations):
+        effects.append(
+            MemoryEffect(
+                kind=EffectKind.RETRIEVE, item_id=relation_id(relation), namespace=ctx.namespace,
+                content_after=relation_text(relation), rank=len(effects) + 1,
+            )
+        )  # fmt: skip
+    return effects

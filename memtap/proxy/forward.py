@@ -1,0 +1,413 @@
+"""The forwarding MCP server: upstream tools, resources and prompts, served unchanged and recorded.
+
+Tool names, schemas, descriptions and annotations pass through as the upstream
+lists them. When two upstreams offer a tool (or prompt) of the same name, both are
+exposed as ``UPSTREAM__NAME``; names offered once keep their name. A server built
+for one upstream (``/servers/NAME/mcp``) never prefixes.
+
+Every ``tools/call`` becomes exactly one event (errors included): op from the
+tool's classification, context from the request's ``_meta`` and headers plus the
+client's name and the upstream's, effects from the upstream's profile (real
+state differences for the reference memory server). Failures memtap detects (an
+unknown tool, an upstream that is down, crashed, timed out or answered nonsense)
+are MCP error responses; a tool error the upstream itself reports (``isError``)
+passes through as the upstream sent it.
+
+A client that disconnects mid-call does not cut the call short: the forwarded
+call runs to its end (bounded by the upstream's timeout) in a shielded scope, so
+the upstream is not left with a half-observed write and the event is recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memtap import __version__
+from memtap.adapters.pool import UpstreamPool
+from memtap.adapters.upstream import State, Upstream
+from memtap.errors import (
+    InvalidArguments,
+    MemtapError,
+    UnknownTool,
+    UnknownUpstream,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRPCError,
+)
+from memtap.proxy.context import META_KEY, build_context, fields_from_headers, fields_from_meta
+from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, client_name
+from memtap.proxy.service import build_context_safely
+from memtap.trace.calls import recorded_call
+from memtap.trace.models import Op
+from memtap.trace.writer import Recorder
+
+__all__ = ["PREFIX_SEPARATOR", "ByUpstream", "build_forward_server", "exposed_name"]
+
+log = logging.getLogger("memtap.forward")
+
+PREFIX_SEPARATOR = "__"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def exposed_name(upstream: str, name: str) -> str:
+    """The name a colliding tool or prompt is offered under."""
+    return f"{_UNSAFE.sub('-', upstream)}{PREFIX_SEPARATOR}{name}"
+
+
+def _error_code(exc: MemtapError) -> int:
+    if isinstance(exc, UnknownTool | InvalidArguments):
+        return types.INVALID_PARAMS
+    if isinstance(exc, UpstreamError):
+        return exc.code
+    return types.INTERNAL_ERROR
+
+
+def _upstream_meta(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The request's ``_meta`` minus what belongs to this hop (SDK-managed keys, memtap's own block)."""
+    if not meta:
+        return None
+    kept = {
+        k: v
+        for k, v in meta.items()
+        if k != META_KEY and k != "progressToken" and not k.startswith("io.modelcontextprotocol/")
+    }
+    return kept or None
+
+
+def _recorded_value(result: dict[str, Any]) -> dict[str, Any]:
+    """What the trace keeps of a result: the structured content when there is one, else the content."""
+    if result.get("structuredContent") is not None:
+        return {"structuredContent": result["structuredContent"]}
+    return {"content": result.get("content")}
+
+
+class _Router:
+    """Names offered to the agent -> (upstream, the upstream's own name)."""
+
+    def __init__(self, pool: UpstreamPool, only: str | None) -> None:
+        self.pool = pool
+        self.only = only
+        self.tools: dict[str, tuple[Upstream, str]] = {}
+        self.prompts: dict[str, tuple[Upstream, str]] = {}
+        self.resources: dict[str, Upstream] = {}
+
+    def upstreams(self) -> list[Upstream]:
+        return [self.pool.get(self.only)] if self.only else list(self.pool.upstreams.values())
+
+    async def _each(self, method: str, key: str) -> dict[str, list[dict[str, Any]]]:
+        """``method`` on every upstream (tools from the start-up listing), skipping those that are down."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        errors: list[str] = []
+
+        async def one(upstream: Upstream) -> None:
+            # An upstream that is down is not asked: asking would spend the crash report that belongs
+            # to the next tool call, or wait out a restart backoff. Its last tool listing stands.
+            if method == "tools/list" and upstream.tools and upstream.state != State.READY:
+                found[upstream.name] = upstream.tools
+                return
+            down = upstream.state == State.CRASHED or (
+                upstream.state == State.FAILED and upstream.next_attempt > time.monotonic()
+            )
+            if down:
+                errors.append(str(upstream.last_error))
+                return
+            try:
+                if method == "tools/list":
+                    found[upstream.name] = await upstream.list_tools()
+                    return
+                if upstream.state == State.READY and not upstream.capable(key):
+                    return
+                page = await upstream.request(method, {})
+                items = page.get(key)
+                found[upstream.name] = items if isinstance(items, list) else []
+            except UpstreamError as exc:
+                errors.append(str(exc))
+                log.warning("%s", exc)
+
+        async with anyio.create_task_group() as tg:
+            for upstream in self.upstreams():
+                tg.start_soon(one, upstream)
+        if not found and errors:
+            raise MCPError(types.INTERNAL_ERROR, "no upstream is available: " + "; ".join(errors))
+        return {u.name: found[u.name] for u in self.upstreams() if u.name in found}
+
+    def _expose(
+        self, listing: dict[str, list[dict[str, Any]]], table: dict[str, tuple[Upstream, str]]
+    ) -> list[dict[str, Any]]:
+        counts = Counter(str(item.get("name")) for items in listing.values() for item in items)
+        table.clear()
+        out = []
+        for upstream_name, items in listing.items():
+            upstream = self.pool.get(upstream_name)
+            for item in items:
+                name = str(item.get("name"))
+                exposed = name if self.only or counts[name] == 1 else exposed_name(upstream_name, name)
+                table[exposed] = (upstream, name)
+                out.append({**item, "name": exposed})
+        return out
+
+    async def list_tools(self) -> list[types.Tool]:
+        listed = self._expose(await self._each("tools/list", "tools"), self.tools)
+        return [types.Tool.model_validate(tool) for tool in listed]
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """A listed tool's input schema, without asking any upstream.
+
+        On 2026-07-28 HTTP sessions the SDK checks ``Mcp-Param-*`` headers against the
+        schema before every ``tools/call``; without this it would run ``tools/list``
+        (and so reach every upstream) for each call.
+        """
+        route = self.tools.get(name) if not self.only else (self.pool.get(self.only), name)
+        if route is None:
+            return None
+        spec = next((t for t in route[0].tools if t.get("name") == route[1]), None)
+        schema = spec.get("inputSchema") if spec is not None else None
+        return schema if isinstance(schema, dict) else None
+
+    async def resolve_tool(self, name: str) -> tuple[Upstream, str] | None:
+        if self.only:
+            return self.pool.get(self.only), name
+        if name not in self.tools:
+            prefix, sep, rest = name.partition(PREFIX_SEPARATOR)
+            for upstream in self.pool.upstreams.values():
+                if sep and exposed_name(upstream.name, "") == prefix + sep:
+                    return upstream, rest
+            with contextlib.suppress(MCPError):  # no upstream up: the call is recorded as unknown
+                await self.list_tools()  # a name the agent did not list through us (yet)
+        return self.tools.get(name)
+
+    async def list_prompts(self) -> list[dict[str, Any]]:
+        return self._expose(await self._each("prompts/list", "prompts"), self.prompts)
+
+    async def list_resources(self, method: str, key: str) -> list[dict[str, Any]]:
+        out = []
+        for upstream_name, items in (await self._each(method, key)).items():
+            for item in items:
+                if key == "resources" and isinstance(item.get("uri"), str):
+                    self.resources.setdefault(item["uri"], self.pool.get(upstream_name))
+                out.append(item)
+        return out
+
+
+def build_forward_server(
+    pool: UpstreamPool,
+    recorder: Recorder,
+    *,
+    only: str | None = None,
+    default_principal: str = "local",
+) -> Server[Any]:
+    """An MCP server offering the tools, resources and prompts of ``pool``'s upstreams (or one)."""
+    if only is not None:
+        pool.get(only)  # an unknown name is refused here, not at the first call
+    router = _Router(pool, only)
+
+    def caller(ctx: ServerRequestContext[Any, Any]) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+        request = ctx.request
+        headers: Mapping[str, str] | None = getattr(request, "headers", None)
+        scope = getattr(request, "scope", None) or {}
+        principal = scope.get(PRINCIPAL_SCOPE_KEY) or default_principal
+        front_door = "mcp-http" if request is not None else "mcp-stdio"
+        return principal, front_door, (fields_from_headers(headers), fields_from_meta(ctx.meta))
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await router.list_tools())
+
+    async def forward(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]) -> Any:
+        principal, front_door, layers = caller(ctx)
+        client = client_name(ctx)
+        route = await router.resolve_tool(name)
+        upstream = route[0] if route is not None else None
+        code = types.INTERNAL_ERROR
+        data: Any = None
+        parsed: types.CallToolResult | None = None
+        async with recorded_call(
+            recorder,
+            tool=route[1] if route is not None else name,  # the upstream's own name; backend says which
+            op=upstream.kind_of(route[1]).op if route is not None and upstream is not None else Op.CONTROL,
+            front_door=front_door,
+            backend=upstream.name if upstream is not None else "proxy",
+            arguments=arguments,
+            fallback_context=lambda: build_context_safely(principal, client, layers),
+        ) as call:
+            try:
+                context = call.context = build_context(
+                    principal=principal,
+                    client=client,
+                    upstream=upstream.name if upstream is not None else None,
+                    layers=layers,
+                )
+                if route is None or upstream is None:
+                    offered = ", ".join(sorted(router.tools)) or "none"
+                    raise UnknownTool(f"unknown tool {name!r}; the upstreams offer: {offered}")
+                tool = route[1]
+                await upstream.connection()
+                call.op = upstream.kind_of(tool).op
+                meta = _upstream_meta(ctx.meta)
+                if upstream.tap is not None:
+                    result, call.effects, refined = await upstream.tap.call(
+                        tool, arguments, meta, context, call
+                    )
+                    call.op = refined or call.op
+                else:
+                    call.start_backend()
+                    result = await upstream.call_tool(tool, arguments, meta)
+                    call.end_backend()
+                try:
+                    parsed = types.CallToolResult.model_validate(result)
+                except ValidationError as exc:
+                    problem = exc.errors()[0]
+                    where = ".".join(str(p) for p in problem["loc"])
+                    raise UpstreamProtocolError(
+                        f"upstream {upstream.name!r} returned a malformed result for {tool}: {where}: "
+                        f"{problem['msg']}",
+                        upstream=upstream.name,
+                    ) from None
+                call.value = _recorded_value(result)
+                if parsed.is_error:
+                    texts = [c.text for c in parsed.content if isinstance(c, types.TextContent)]
+                    call.error = "upstream tool error: " + (" ".join(texts) or "(no text)")
+            except MemtapError as exc:
+                code = _error_code(exc)
+                data = exc.data if isinstance(exc, UpstreamRPCError) else None
+                raise
+        if parsed is not None:
+            return parsed
+        raise MCPError(code, call.error or "error", data)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        with anyio.CancelScope(shield=True):
+            result: types.CallToolResult = await forward(ctx, params.name, dict(params.arguments or {}))
+        return result
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        items = await router.list_resources("resources/list", "resources")
+        return types.ListResourcesResult.model_validate({"resources": items})
+
+    async def list_resource_templates(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        items = await router.list_resources("resources/templates/list", "resourceTemplates")
+        return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": items})
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if uri not in router.resources:
+            await router.list_resources("resources/list", "resources")
+        candidates = [router.resources[uri]] if uri in router.resources else router.upstreams()
+        principal, front_door, layers = caller(ctx)
+        last: MemtapError = UnknownTool(f"no upstream offers resource {uri!r}")
+        for upstream in candidates:
+            async with recorded_call(
+                recorder,
+                tool="resources/read",
+                op=Op.READ,
+                front_door=front_door,
+                backend=upstream.name,
+                arguments={"uri": uri},
+                fallback_context=lambda: build_context_safely(principal, client_name(ctx), layers),
+            ) as call:
+                call.context = build_context(
+                    principal=principal, client=client_name(ctx), upstream=upstream.name, layers=layers
+                )
+                call.start_backend()
+                try:
+                    result = await upstream.request("resources/read", {"uri": uri})
+                except UpstreamError as exc:
+                    last = exc
+                    raise
+                finally:
+                    call.end_backend()
+                contents = result.get("contents") or []
+                call.value = {"contents": len(contents)}
+                return types.ReadResourceResult.model_validate(result)
+        raise MCPError(_error_code(last), str(last))
+
+    async def list_prompts(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult.model_validate({"prompts": await router.list_prompts()})
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        if params.name not in router.prompts:
+            await router.list_prompts()
+        route = router.prompts.get(params.name)
+        if route is None:
+            raise MCPError(types.INVALID_PARAMS, f"unknown prompt {params.name!r}")
+        try:
+            result = await route[0].request(
+                "prompts/get", {"name": route[1], "arguments": params.arguments or {}}
+            )
+        except UpstreamError as exc:
+            raise MCPError(_error_code(exc), str(exc)) from None
+        return types.GetPromptResult.model_validate(result)
+
+    return Server(
+        "memtap" if only is None else f"memtap/{only}",
+        version=__version__,
+        get_tool_input_schema=router.input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_resource_templates,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
+
+
+class ByUpstream:
+    """``/servers/{name}/mcp``: that upstream's own MCP endpoint, or a 404 naming the ones there are.
+
+    Mounted behind the principal gate, so upstream names are not told to callers without
+    a key; a request for an unknown upstream is recorded as an error event.
+    """
+
+    def __init__(self, endpoints: Mapping[str, ASGIApp], recorder: Recorder) -> None:
+        self.endpoints = endpoints
+        self.recorder = recorder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = scope["path_params"]["name"]
+        endpoint = self.endpoints.get(name)
+        if endpoint is not None:
+            await endpoint(scope, receive, send)
+            return
+        message = f"unknown upstream {name!r}; this proxy wraps: {', '.join(self.endpoints)}"
+        if scope.get("method") == "POST":
+            principal = scope.get(PRINCIPAL_SCOPE_KEY) or "local"
+            async with recorded_call(
+                self.recorder,
+                tool=f"servers/{name}",
+                op=Op.CONTROL,
+                front_door="mcp-http",
+                backend="proxy",
+                arguments={},
+                fallback_context=lambda: build_context_safely(principal, None, ()),
+            ):
+                raise UnknownUpstream(message)
+        await JSONResponse({"error": {"message": message}}, status_code=404)(scope, receive, send)
