@@ -104,7 +104,7 @@ async def _script(url: str) -> str:
                 "memory_search",
                 {"query": "What did Bob say about the gym?", "requester": "carol"},
             ),
-            ("t3", "assistant", "memory_history", {"id": gym["id"]}),
+            ("t3", "assistant", "memory_history", {"id": gym["id"], "requester": "alice"}),
         ],
     )
     return str(gym["id"])
@@ -152,6 +152,6 @@ def demo(db: Path) -> None:
     for event in leaks:
         click.echo(
             f"\nAccess alert: event {event.id} returned items whose tags deny requester "
-            f"{event.context.requester!r}: {event.gate}"
+            f"{event.context.requester or event.context.principal!r}: {event.gate}"
         )
     click.echo(f"\nExplore it: memtap trace list --db {db}; memtap items list --all --db {db}")
