@@ -83,17 +83,7 @@ class UpstreamMemoryBackend:
         return profile.write_tool, profile.search_tool
 
     def _context(self, namespace: str, provenance: Provenance | None) -> Context:
-        p = provenance or Provenance()
-        return Context(
-            principal=p.principal or namespace,
-            namespace=namespace,
-            session=p.session,
-            turn=p.turn,
-            role=p.role,
-            run=p.run,
-            episode=p.episode,
-            upstream=self.name,
-        )
+        return (provenance or Provenance()).context(namespace, upstream=self.name)
 
     @staticmethod
     def _stored(namespace: str, item_id: str, content: str, entity: str, **extra: Any) -> dict[str, Any]:

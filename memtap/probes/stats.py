@@ -47,6 +47,20 @@ def value_pattern(value: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w-])" + re.escape(value.lower()) + r"(?![\w-])")
 
 
+def turns_mentioning(sessions: list[dict[str, Any]], phases: tuple[str, ...], value: str | None) -> list[str]:
+    """Ids of the turns, in sessions of these phases, whose content holds ``value`` as a phrase."""
+    if not value:
+        return []
+    pattern = value_pattern(value)
+    return [
+        t["turn_id"]
+        for s in sessions
+        if s["phase"] in phases
+        for t in s["turns"]
+        if pattern.search(t["content"].lower())
+    ]
+
+
 def episode_values(episode: Episode) -> tuple[str, str] | None:
     """(original, new) value of a paradigm episode, from its probes' gold; None when not given."""
     by_type = {probe.type: probe for probe in episode.probes}

@@ -149,15 +149,7 @@ class MemoryService:
 
     async def _dispatch(self, args: ContextArgs, ctx: Context, event_id: str) -> BackendResult:
         backend, ns = self.backend, ctx.namespace
-        provenance = Provenance(
-            event_id=event_id,
-            run=ctx.run,
-            episode=ctx.episode,
-            session=ctx.session,
-            turn=ctx.turn,
-            role=ctx.role,
-            principal=ctx.principal,
-        )
+        provenance = Provenance.of(ctx, event_id)
         if isinstance(args, AddArgs):
             tags = _tags(args.access, ns)
             return await backend.add(

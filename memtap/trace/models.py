@@ -181,6 +181,32 @@ class Provenance(BaseModel):
     role: Role | None = None
     principal: str | None = None
 
+    @classmethod
+    def of(cls, context: Context, event_id: str | None = None) -> Provenance:
+        """Where a memory written by a call with this context comes from."""
+        return cls(
+            event_id=event_id,
+            run=context.run,
+            episode=context.episode,
+            session=context.session,
+            turn=context.turn,
+            role=context.role,
+            principal=context.principal,
+        )
+
+    def context(self, namespace: str, **extra: str | None) -> Context:
+        """The context of a call that writes on behalf of this provenance (the inverse of :meth:`of`)."""
+        return Context(
+            principal=self.principal or namespace,
+            namespace=namespace,
+            run=self.run,
+            episode=self.episode,
+            session=self.session,
+            turn=self.turn,
+            role=self.role,
+            **extra,
+        )
+
 
 class ItemVersion(BaseModel):
     version: int

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from memtap.probes.generators._facts import sentence
 from memtap.probes.schema import FORMAT
-from memtap.probes.stats import value_pattern
+from memtap.probes.stats import turns_mentioning
 
 if TYPE_CHECKING:
     from memtap.probes.generators.paradigms import _Pair
@@ -31,17 +31,6 @@ NOISE = {
     "reactivated_weak": ("third_party", "hypothetical"),
     "direct_weak": ("third_party", "hypothetical"),
 }
-
-
-def _matching(sessions: list[dict[str, Any]], phases: tuple[str, ...], value: str) -> list[str]:
-    pattern = value_pattern(value)
-    return [
-        t["turn_id"]
-        for s in sessions
-        if s["phase"] in phases
-        for t in s["turns"]
-        if pattern.search(t["content"].lower())
-    ]
 
 
 def assemble(
@@ -85,8 +74,8 @@ def assemble(
     noise_source, status = ("user", "accepted") if updated else NOISE[condition]
     topic, ask = p.fact.topic, (p.clock + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     history = ["fact@v0", "fact@v1"] if updated else ["fact@v0"]
-    on_record = _matching(sessions, ("encoding",), p.old)
-    new_turns = _matching(sessions, pert, p.new)
+    on_record = turns_mentioning(sessions, ("encoding",), p.old)
+    new_turns = turns_mentioning(sessions, pert, p.new)
     probes: list[tuple[str, str, str, dict[str, Any], list[str], list[str]]] = [
         (
             "current_value",

@@ -35,7 +35,7 @@ from memtap.probes.importers._common import (
     require,
 )
 from memtap.probes.importers._common import object_or_empty as _object
-from memtap.probes.stats import value_pattern
+from memtap.probes.stats import turns_mentioning
 
 __all__ = ["convert", "records"]
 
@@ -130,19 +130,6 @@ def _sessions(raw: list[Any]) -> tuple[list[dict[str, Any]], bool]:
         for session in sessions:
             session["participants"].append(TOOL)
     return sessions, uses_tool
-
-
-def _matching(sessions: list[dict[str, Any]], phases: tuple[str, ...], value: str | None) -> list[str]:
-    if not value:
-        return []
-    pattern = value_pattern(value)
-    return [
-        t["turn_id"]
-        for s in sessions
-        if s["phase"] in phases
-        for t in s["turns"]
-        if pattern.search(t["content"].lower())
-    ]
 
 
 def convert(record: Any, where: str) -> list[dict[str, Any] | Problem]:
@@ -274,7 +261,7 @@ def _probes(
         "reason": temporal_gold.get("reason") or gold.get("source_of_change"),
     }
     current_key = "fact@v1" if updated else "fact@v0"
-    perturbed = _matching(sessions, _PERTURBATION, new)
+    perturbed = turns_mentioning(sessions, _PERTURBATION, new)
     probes = []
     for i, probe in enumerate(raw):
         where = f"probes[{i}]"
@@ -282,11 +269,11 @@ def _probes(
         answer = probe.get("gold_answer")
         fields: dict[str, Any] = {"changed": changed}
         support = [current_key]
-        evidence = _matching(
+        evidence = turns_mentioning(
             sessions, ("perturbation_p2", "perturbation") if updated else ("encoding",), current
         )
         if kind == "previous_value":
-            support, evidence = ["fact@v0"], _matching(sessions, ("encoding",), original)
+            support, evidence = ["fact@v0"], turns_mentioning(sessions, ("encoding",), original)
         elif kind == "change_detection":
             support = ["fact@v0", "fact@v1"] if updated else ["fact@v0"]
             evidence = perturbed
