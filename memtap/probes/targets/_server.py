@@ -33,9 +33,9 @@ def health(base_url: str, timeout: float = 2.0) -> dict[str, Any]:
 
 
 class MemtapServer:
-    """A child ``memtap serve`` (or ``memtap proxy``: ``command``) writing to ``db``. It runs in its own session, so a Ctrl-C at the
-    terminal reaches the replay (which then marks its episodes interrupted) and not the server;
-    the replay stops it with SIGTERM, which flushes the trace."""
+    """A child ``memtap serve`` (or ``memtap proxy``: ``command``) writing to ``db``. It runs in its
+    own session, so a Ctrl-C at the terminal reaches the replay (which then marks its episodes
+    interrupted) and not the server; the replay stops it with SIGTERM, which flushes the trace."""
 
     def __init__(self, db: Path, *, extra: Sequence[str] = (), command: str = "serve") -> None:
         self.db = db
@@ -49,7 +49,16 @@ class MemtapServer:
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server runs; stop() closes it)
-        cmd = [sys.executable, "-m", "memtap", self.command, "--http", f"127.0.0.1:{port}", "--db", str(self.db)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memtap",
+            self.command,
+            "--http",
+            f"127.0.0.1:{port}",
+            "--db",
+            str(self.db),
+        ]
         self.proc = subprocess.Popen(
             [*cmd, *self.extra], stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True
         )

@@ -59,7 +59,7 @@ __all__ = ["McpTarget", "parse_mcp_spec"]
 _STOP = frozenset(
     """the a an and or of to in on at for is are was were be been do does did what which who whom whose
     when where why how with about from that this these those my your his her its our their me you it we
-    they he she them us any some now user""".split()
+    they he she them us any some now user""".split()  # noqa: SIM905 (a list literal of 57 words reads worse)
 )
 _TEXT_ARGS = ("content", "text", "memory", "episode_body", "message", "body", "data", "fact")
 _QUERY_ARGS = ("query", "q", "search", "text")
@@ -118,7 +118,9 @@ class McpTarget:
                 )
             wanted = next(iter(servers))
         if wanted not in servers:
-            raise ConfigError(f"--target {spec}: no server {wanted!r} in {self.config_path} ({', '.join(servers)})")
+            raise ConfigError(
+                f"--target {spec}: no server {wanted!r} in {self.config_path} ({', '.join(servers)})"
+            )
         self.server_name = wanted
         self.server_config = servers[wanted]
         self.forced_profile = self.server_config.memtap.profile
@@ -164,7 +166,9 @@ class McpTarget:
             )
         missing = {profile.write_tool, profile.search_tool} - set(tools)
         if missing:
-            raise TargetError(f"upstream {self.server_name!r} lacks the tools its profile needs: {sorted(missing)}")
+            raise TargetError(
+                f"upstream {self.server_name!r} lacks the tools its profile needs: {sorted(missing)}"
+            )
         self.profile_name = profile.name
         return profile
 
@@ -185,7 +189,11 @@ class McpTarget:
             "X-Memtap-Namespace": scope.namespace,
         }
         stack = contextlib.AsyncExitStack()
-        stack.push_async_callback(anyio.to_thread.run_sync, server.stop)
+
+        async def stop_server() -> None:
+            await anyio.to_thread.run_sync(server.stop)
+
+        stack.push_async_callback(stop_server)
         try:
             http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=60))
             info = Implementation(name="memtap-replay", version="1")
@@ -235,7 +243,9 @@ class McpTarget:
         started = time.perf_counter()
         if episode.profile.name != "server-memory":
             assert episode.profile.search_tool is not None
-            args = self._generic_args(episode, episode.profile.search_tool, probe.question, scope.namespace, limit)
+            args = self._generic_args(
+                episode, episode.profile.search_tool, probe.question, scope.namespace, limit
+            )
             result = await self._call(episode, episode.profile.search_tool, args, meta)
             return ProbeResult(_generic_results(result, limit), (time.perf_counter() - started) * 1000)
         words = _words(probe.question)
@@ -270,11 +280,17 @@ class McpTarget:
             args.update({k: v for k, v in episode.profile.fixed_write_args.items() if k in props})
         names = _TEXT_ARGS if limit is None else _QUERY_ARGS
         text_arg = next((n for n in names if n in props), None) or next(
-            (n for n in schema.get("required") or [] if props.get(n, {}).get("type") == "string" and n not in args),
+            (
+                n
+                for n in schema.get("required") or []
+                if props.get(n, {}).get("type") == "string" and n not in args
+            ),
             None,
         )
         if text_arg is None:
-            raise TargetError(f"upstream {self.server_name!r}: cannot tell which argument of {tool} takes the text")
+            raise TargetError(
+                f"upstream {self.server_name!r}: cannot tell which argument of {tool} takes the text"
+            )
         args[text_arg] = text
         owner = next((n for n in _OWNER_ARGS if n in props), None)
         if owner is not None:

@@ -85,7 +85,9 @@ class OpenAITarget:
                 raise TargetError(f"{self.base}/models lists no model; name one: openai:{self.base}#MODEL")
             self.model = str(models[0])
         elif models and self.model not in models:
-            raise TargetError(f"{self.base} has no model {self.model!r} (it has {', '.join(map(str, models))})")
+            raise TargetError(
+                f"{self.base} has no model {self.model!r} (it has {', '.join(map(str, models))})"
+            )
         try:
             async with self.session.get(f"{self.root}/healthz") as resp:
                 health = await resp.json(content_type=None) if resp.status == 200 else {}
@@ -101,7 +103,9 @@ class OpenAITarget:
             "url": self.base,
             "model": self.model,
             "replay_clock": self.clock,
-            "retrieval": "from the trace" if self.trace_db is not None else "not known (endpoint writes elsewhere)",
+            "retrieval": "from the trace"
+            if self.trace_db is not None
+            else "not known (endpoint writes elsewhere)",
         }
 
     async def open_episode(self, scope: EpisodeScope) -> None:
@@ -161,7 +165,10 @@ class OpenAITarget:
         history.append(message)
 
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
-        headers = {**self._headers(scope, "probes", probe.probe_id, "user"), "X-Memtap-Requester": probe.requester}
+        headers = {
+            **self._headers(scope, "probes", probe.probe_id, "user"),
+            "X-Memtap-Requester": probe.requester,
+        }
         message = {"role": "user", "content": probe.question, "name": _name(probe.requester)}
         started = time.perf_counter()
         reply = await self._chat([message], headers, scope.namespace)
@@ -178,7 +185,7 @@ class OpenAITarget:
                 break
             await anyio.sleep(0.02)  # the recorder commits in batches a few milliseconds apart
         seen: dict[str, Retrieved] = {}
-        for item_id, content, rank, score in rows:
+        for item_id, content, _rank, score in rows:  # rows come in rank order
             if item_id not in seen:
                 seen[item_id] = Retrieved(item_id, content or "", len(seen) + 1, score)
         return list(seen.values())[:limit]
@@ -189,9 +196,12 @@ class OpenAITarget:
         try:
             where = "e.namespace = ? AND e.run_id = ? AND e.session = 'probes' AND e.turn = ?"
             args = [scope.namespace, scope.run, probe_id]
-            chat = conn.execute(f"SELECT 1 FROM events e WHERE {where} AND e.op = 'chat' LIMIT 1", args).fetchone()
+            chat = conn.execute(
+                f"SELECT 1 FROM events e WHERE {where} AND e.op = 'chat' LIMIT 1", args
+            ).fetchone()
             rows = conn.execute(
-                f"SELECT f.item_id, f.content_after, f.rank, f.score FROM events e JOIN effects f ON f.event_id = e.id"
+                "SELECT f.item_id, f.content_after, f.rank, f.score FROM events e"
+                f" JOIN effects f ON f.event_id = e.id"
                 f" WHERE {where} AND e.op = 'retrieve' AND f.kind = 'retrieve' ORDER BY e.started_at, f.rank",
                 args,
             ).fetchall()
