@@ -161,7 +161,11 @@ def test_llm_reader_answers_in_the_probe_shape_from_the_retrieved_memories(
     assert len(prompts) == len(answers) > 0
     assert all("Reply with one JSON object" in p and "Memories, most relevant first" in p for p in prompts)
     for answer, retrieved in answers:
-        (top,) = rows(db_path, "SELECT content_after FROM effects WHERE item_id = ? AND kind = 'add'", json.loads(retrieved)[0])
+        (top,) = rows(
+            db_path,
+            "SELECT content_after FROM effects WHERE item_id = ? AND kind = 'add'",
+            json.loads(retrieved)[0],
+        )
         assert json.loads(answer) == {"answer": top[0]}
 
 
