@@ -128,6 +128,7 @@ class McpTarget:
             find_profile(self.forced_profile)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._episodes: dict[str, _Episode] = {}
+        self._servers: list[MemtapServer] = []  # every proxy started, so aclose() can stop any left
         self.profile_name: str | None = None
 
     async def start(self) -> None:
@@ -181,6 +182,7 @@ class McpTarget:
         config = self._episode_config(scope)
         extra = ["--config", str(config), "--only", self.server_name]
         server = MemtapServer(self.db, extra=extra, command="proxy")
+        self._servers.append(server)
         await anyio.to_thread.run_sync(server.start)
         url = f"{server.base_url}/servers/{self.server_name}/mcp"
         headers = {
@@ -301,14 +303,19 @@ class McpTarget:
         return args
 
     async def close_episode(self, scope: EpisodeScope) -> None:
-        episode = self._episodes.pop(scope.namespace, None)
+        episode = self._episodes.get(scope.namespace)
         if episode is not None:
             await episode.stack.aclose()  # the client, then the proxy (SIGTERM flushes its trace)
+            del self._episodes[scope.namespace]  # only once closed: a cancelled close is finished by aclose()
+            self._servers.remove(episode.server)
 
     async def aclose(self) -> None:
         for namespace in list(self._episodes):
             with contextlib.suppress(Exception):
                 await self._episodes.pop(namespace).stack.aclose()
+        for server in self._servers:  # stopping a stopped server only reads its exit code
+            await anyio.to_thread.run_sync(server.stop)
+        self._servers.clear()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -3,7 +3,8 @@
 Typically memtap's own chat proxy (``memtap serve --config FILE`` with ``memory: auto``) in
 front of a model, so the agent's memory calls are memtap's automatic ones, recorded in the
 trace. ``URL`` is the API base (``http://HOST:PORT/v1``); ``MODEL`` the model alias to call
-(default: the first one ``URL/models`` lists).
+(default: the first one ``URL/models`` lists). The bearer key is ``OPENAI_API_KEY`` when set
+(memtap without API keys accepts any).
 
 **Turns.** Each session is a conversation. A turn of the user, a third party, a tool or the
 system is one chat call: the session's conversation so far, then the turn as a ``user``
@@ -27,6 +28,7 @@ describe record says so; the scorer reads retrievals from the trace in any case.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import time
@@ -53,7 +55,7 @@ def _name(speaker: str) -> str:
 class OpenAITarget:
     name = "openai"
 
-    def __init__(self, spec: str, db: Path, *, api_key: str = "memtap-replay") -> None:
+    def __init__(self, spec: str, db: Path, *, api_key: str | None = None) -> None:
         url, _, model = spec[len("openai:") :].partition("#")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -62,7 +64,8 @@ class OpenAITarget:
         self.root = self.base.removesuffix("/v1")
         self.model = model or None
         self.db = db
-        self.api_key = api_key
+        # The endpoint's key: OPENAI_API_KEY, as OpenAI clients read it (memtap without keys takes any).
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "memtap-replay"
         self.session: Any = None
         self.clock = True  # until the endpoint says it has no replay clock
         self.trace_db: Path | None = None  # set when the endpoint is memtap writing to self.db
