@@ -9,8 +9,9 @@ trace. ``URL`` is the API base (``http://HOST:PORT/v1``); ``MODEL`` the model al
 **Turns.** Each session is a conversation. A turn of the user, a third party, a tool or the
 system is one chat call: the session's conversation so far, then the turn as a ``user``
 message whose ``name`` is the speaker, with ``X-Memtap-Namespace``, ``-Run``, ``-Episode``,
-``-Session``, ``-Turn`` and ``-Role`` (the turn's own role, so a third party's words are
-recorded as ``third_party``) headers and ``user`` = the namespace. The agent's reply is not
+``-Session``, ``-Turn`` and ``-Role`` (the turn's own role: the chat and its search are recorded
+as ``third_party`` for a third party's words; memtap's ``auto`` capture still stores the message
+as a ``user`` memory) headers and ``user`` = the namespace. The agent's reply is not
 kept: an assistant turn of the suite is not sent on its own but becomes the conversation's
 next assistant message, so the agent sees the dialogue the suite wrote. Before each call the
 turn is marked on the replay clock (``POST /v1/memtap/replay/mark``, when the endpoint has one),
