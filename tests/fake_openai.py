@@ -11,6 +11,13 @@ side. What it answers is steered by the last user message:
 - ``[endless]``: stream until the client goes away, then set ``cancelled``;
 - ``[stall]``: send nothing for ten seconds (to hit a timeout).
 
+And by the model asked for (non-streaming):
+
+- ``paraphrase-keep``: the message after ``Message: `` prefixed with ``In other words, ``;
+- ``paraphrase-lose``: ``Something was said.`` (every value lost);
+- ``reader-json``: a JSON answer whose ``answer`` is memory ``[1]``'s text in the prompt (null
+  when there is none).
+
 Used by the tests (in a thread) and by ``benchmarks/openai_overhead.py`` (as a process).
 """
 
@@ -77,6 +84,26 @@ TOOL_CALL = {
 }
 
 
+def _first_memory(text: str) -> str:
+    found = re.search(r"^\[1\] \([^)]*\) (.*)$", text, re.MULTILINE)
+    return json.dumps({"answer": found.group(1) if found else None})
+
+
+STEERED = {
+    "paraphrase-keep": lambda text: "In other words, " + text.split("Message: ", 1)[-1],
+    "paraphrase-lose": lambda text: "Something was said.",
+    "reader-json": _first_memory,
+}
+
+
+def _completion(model: str, content: str) -> web.Response:
+    choice = {"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": None,
+              "finish_reason": "stop"}  # fmt: skip
+    data = {"id": "chatcmpl-fake", "object": "chat.completion", "created": CREATED, "model": model,
+            "choices": [choice], "usage": _usage(1)}  # fmt: skip
+    return web.Response(body=json.dumps(data), content_type="application/json")
+
+
 def build_app(state: FakeState) -> web.Application:
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -85,6 +112,8 @@ def build_app(state: FakeState) -> web.Application:
             state.headers.append(dict(request.headers))
         text = _last_user(body)
         model = body.get("model", "fake")
+        if model in STEERED and not body.get("stream"):
+            return _completion(model, STEERED[model](text))
         if match := re.search(r"\[status (\d+)\]", text):
             status = int(match.group(1))
             error = {

@@ -239,16 +239,13 @@ def test_resume_refuses_an_unknown_run_a_changed_suite_and_another_target(tmp_pa
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--target", "mcp:servers.yaml:memory"], "need the MCP upstream proxy"),
-        (["--target", "openai:http://127.0.0.1:9/v1"], "need the chat proxy"),
+        (["--target", "mcp:servers.yaml:memory"], "cannot read config servers.yaml"),
+        (["--target", "openai:localhost:8000"], "give the API base URL"),
         (["--target", "ftp"], "unknown target 'ftp'"),
-        (
-            ["--target", "builtin", "--reader", "gpt-4o-mini"],
-            "an LLM reader needs a configured chat upstream",
-        ),
+        (["--target", "builtin", "--reader", "gpt-4o-mini"], "pass --config FILE"),
     ],
 )
-def test_targets_and_readers_this_build_lacks_are_refused_up_front(
+def test_bad_targets_and_readers_are_refused_before_the_database_is_touched(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     suite_path = small_suite(tmp_path / "suite.jsonl", paradigms=1, permission=0)

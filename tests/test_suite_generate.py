@@ -153,11 +153,12 @@ def test_generators_refuse_a_bad_kind_and_zero_episodes(tmp_path: Path) -> None:
     assert zero.exit_code == 2 and not (tmp_path / "x.jsonl").exists()
 
 
-def test_paraphrase_needs_a_chat_upstream_and_says_so(tmp_path: Path) -> None:
+def test_paraphrase_without_a_config_naming_the_model_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["suite", "gen", "paradigms", "--paraphrase", "gpt-4o-mini",
                                       "-o", str(tmp_path / "x.jsonl")])  # fmt: skip
     assert result.exit_code == 2
-    assert "memtap: error: --paraphrase gpt-4o-mini needs a configured chat upstream" in result.output
+    assert "memtap: error: --paraphrase gpt-4o-mini: pass --config FILE whose model_list" in result.output
+    assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_an_odd_episode_count_leaves_out_the_last_preserve_member() -> None:

@@ -88,7 +88,9 @@ def _report(summary: dict[str, Any], db: Path) -> None:
 @click.command()
 @click.argument("suite_file", metavar="SUITE", type=click.Path(path_type=Path))
 @click.option(
-    "--target", required=True, help="builtin (the embedded backend); mcp:CONFIG[:NAME] and openai:URL."
+    "--target",
+    required=True,
+    help="builtin (the embedded backend), mcp:CONFIG[:NAME] (a wrapped MCP server) or openai:URL[#MODEL].",
 )
 @click.option("--run", "run", metavar="NAME", help="Name of the run (default: run-DATE-TIME-XXXX).")
 @click.option(
@@ -99,10 +101,17 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     default="extractive",
     show_default=True,
     metavar="MODEL|extractive|none",
-    help="Who answers probes from the retrieved memories: the extractive baseline, none, or an LLM.",
+    help="Who answers probes from what was retrieved: extractive, none, or a model of --config.",
 )
 @click.option(
     "--resume", metavar="RUN", help="Finish this run: skip its done episodes, replay the rest afresh."
+)
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    type=click.Path(path_type=Path),
+    help="Config file whose model_list names the --reader MODEL.",
 )
 @db_option
 @click.option("--server", "server", metavar="URL", help="Use this running memtap serve (its /mcp URL).")
@@ -120,6 +129,7 @@ def replay(
     workers: int,
     reader: str,
     resume: str | None,
+    config_file: Path | None,
     db: Path | None,
     server: str | None,
     top_k: int,
@@ -141,7 +151,7 @@ def replay(
     from memtap.probes.targets import make_target
 
     suite = load_suite(suite_file)
-    answerer = make_reader(reader)
+    answerer = make_reader(reader, config_file)
     path = resolve_db(db)
     the_target = make_target(target, db=path, server_url=server)
     store = RunStore(path)

@@ -116,10 +116,19 @@ def import_(kind: str, file: Path, output: str, skip_malformed: bool) -> None:
     "--paraphrase",
     "paraphrase",
     metavar="MODEL",
-    help="Rewrite surface wording through this configured chat model, keeping every gold value verbatim.",
+    help="Rewrite surface wording through this model of --config's model_list, keeping gold values verbatim.",
 )
-def gen(kind: str, seed: int, episodes: int, output: str, paraphrase: str | None) -> None:
-    """Generate a suite deterministically from a seed, without an LLM.
+@click.option(
+    "--config",
+    "config",
+    metavar="FILE",
+    type=click.Path(path_type=Path),
+    help="Config file whose model_list names the --paraphrase MODEL.",
+)
+def gen(
+    kind: str, seed: int, episodes: int, output: str, paraphrase: str | None, config: Path | None
+) -> None:
+    """Generate a suite deterministically from a seed (no LLM unless --paraphrase).
 
     KIND is paradigms (the four MemProbe paradigms, matched update/preserve pairs),
     permission (multi-party ALLOW/DENY), abstention (fabricated premises and grounded foils)
@@ -127,11 +136,20 @@ def gen(kind: str, seed: int, episodes: int, output: str, paraphrase: str | None
     from memtap.probes.generators import generate
     from memtap.probes.suitefile import check_episodes
 
+    if config is not None and paraphrase is None:
+        raise click.UsageError("--config names the model of --paraphrase MODEL; give both or neither")
     made = generate(kind, seed=seed, episodes=episodes)
     if paraphrase is not None:
         from memtap.probes.generators.paraphrase import paraphrase_suite
 
-        made = paraphrase_suite(made, model=paraphrase)
+        done = paraphrase_suite(made, model=paraphrase, config=config)
+        made = done.episodes
+        click.echo(
+            f"paraphrased {done.rewritten} of {len(made)} episodes through {paraphrase}; "
+            f"{len(done.kept)} kept their original wording (a gold value was lost)"
+            + (f": {', '.join(done.kept)}" if done.kept else ""),
+            err=True,
+        )
     from memtap.probes.errors import SuiteInvalid
     from memtap.probes.suitefile import dump_episode
 

@@ -9,8 +9,13 @@
   (its provenance); ``permission`` discloses only when the chosen memory's access tags permit
   the requester, and withholds otherwise; ``abstention`` abstains when fewer than two content
   words match. It never invents a value: fields it cannot read off the memories are null;
-- any other name is an LLM reader, which needs the chat proxy's upstream client (not in this
-  build): asking for one is a ConfigError before anything is replayed.
+- any other name is an LLM reader: ``MODEL`` names a model of the ``model_list`` of the config
+  file given with ``--config`` (an OpenAI-compatible ``api_base``: a hosted API, vLLM, Ollama,
+  or memtap's own chat proxy). It is asked once per probe, at temperature 0, with the question,
+  the requester, the retrieved memories (rank, id, who said it, access tags) and the JSON
+  shape to answer in; its reply is parsed as that JSON object (the first ``{...}`` in it, so a
+  fenced reply works). A reply that is not JSON is kept as ``{"answer": REPLY, "unparsed":
+  true}`` rather than guessed at. A model that cannot be reached fails the episode.
 
 Shapes: ``{"answer"}`` for current_value, previous_value, qa, cloze and metadata;
 ``{"answer", "changed"}``; ``{"answer", "source"}``; ``{"answer", "conflict": {value, source,
@@ -20,7 +25,9 @@ reason}}``; ``{"action": disclose|withhold, "answer"}``; ``{"action": answer|abs
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any, Protocol
 
 from memtap.errors import ConfigError
@@ -28,7 +35,7 @@ from memtap.probes.schema import Probe
 from memtap.probes.targets.base import ProbeResult, Retrieved
 from memtap.trace.models import AccessTags
 
-__all__ = ["ExtractiveReader", "NoReader", "Reader", "make_reader"]
+__all__ = ["SHAPES", "ExtractiveReader", "LLMReader", "NoReader", "Reader", "make_reader"]
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9'.:-]*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -118,12 +125,14 @@ def _words(text: str) -> set[str]:
 
 class Reader(Protocol):
     name: str
+    blocking: bool  # answer() waits on the network: the driver runs it in a worker thread
 
     def answer(self, probe: Probe, requester: str, result: ProbeResult) -> dict[str, Any] | None: ...
 
 
 class NoReader:
     name = "none"
+    blocking = False
 
     def answer(self, probe: Probe, requester: str, result: ProbeResult) -> dict[str, Any] | None:
         return None
@@ -131,6 +140,7 @@ class NoReader:
 
 class ExtractiveReader:
     name = "extractive"
+    blocking = False
 
     def _best(self, question: str, retrieved: list[Retrieved]) -> tuple[str | None, Retrieved | None, int]:
         wanted = _words(question)
@@ -173,12 +183,74 @@ class ExtractiveReader:
         return {"answer": text}
 
 
-def make_reader(spec: str) -> Reader:
+SHAPES: dict[str, str] = {
+    "change_detection": '{"answer": string or null, "changed": true or false}',
+    "source": '{"answer": string or null, "source": "user" or "assistant" or "third_party" or null}',
+    "conflict_value": '{"answer": string or null, "conflict": {"value": string or null, '
+    '"source": string or null, "status": string or null, "applies_to_target": true or false or null}}',
+    "temporal": '{"answer": string or null, "temporal": {"old_value": string or null, '
+    '"new_value": string or null, "trigger": string or null, "reason": string or null}}',
+    "permission": '{"action": "disclose" or "withhold", "answer": string or null}',
+    "abstention": '{"action": "answer" or "abstain", "answer": string or null}',
+}
+_DEFAULT_SHAPE = '{"answer": string or null}'
+
+
+def reader_prompt(probe: Probe, requester: str, result: ProbeResult) -> str:
+    lines = []
+    for item in sorted(result.retrieved, key=lambda r: r.rank):
+        role = item.provenance.get("role") or "unknown"
+        tags = json.dumps(item.tags, sort_keys=True) if item.tags else "none"
+        lines.append(f"[{item.rank}] (id={item.item_id}, said by={role}, access={tags}) {item.content}")
+    memories = "\n".join(lines) or "(none)"
+    return (
+        "Answer the question from the memories below only. Memories may be out of date; the most recent "
+        "statement of a value wins unless the question asks about the past. If the memories do not hold "
+        "the answer, say so in the shape (null answer, or abstain). Do not disclose a memory whose access "
+        "tags do not permit the requester.\n"
+        f"Question (asked by {requester}): {probe.question}\n"
+        f"Memories, most relevant first:\n{memories}\n"
+        "Reply with one JSON object and nothing else, of this shape: "
+        + SHAPES.get(probe.type, _DEFAULT_SHAPE)
+    )
+
+
+def parse_reply(reply: str) -> dict[str, Any]:
+    """The JSON object in a model's reply (the first ``{...}``), else the reply as an unparsed answer."""
+    start, end = reply.find("{"), reply.rfind("}")
+    if start != -1 and end > start:
+        try:
+            parsed = json.loads(reply[start : end + 1])
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    return {"answer": reply.strip() or None, "unparsed": True}
+
+
+class LLMReader:
+    """A model of the config's model_list answers from the retrieved memories."""
+
+    blocking = True
+
+    def __init__(self, name: str, chat: Any) -> None:
+        self.name = name
+        self.chat = chat  # prompt -> reply text
+
+    def answer(self, probe: Probe, requester: str, result: ProbeResult) -> dict[str, Any] | None:
+        return parse_reply(self.chat(reader_prompt(probe, requester, result)))
+
+
+def make_reader(spec: str, config: Path | None = None) -> Reader:
     if spec == "none":
         return NoReader()
     if spec == "extractive":
         return ExtractiveReader()
-    raise ConfigError(
-        f"--reader {spec}: an LLM reader needs a configured chat upstream (the OpenAI-compatible chat "
-        "proxy's upstream client), which this build does not have yet; use --reader extractive or none"
-    )
+    if config is None:
+        raise ConfigError(
+            f"--reader {spec}: an LLM reader calls a model of a config's model_list; pass --config FILE "
+            "(or use --reader extractive or none)"
+        )
+    from memtap.scoring.judges import resolve_model
+
+    return LLMReader(spec, resolve_model(spec, config).chat)

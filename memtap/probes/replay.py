@@ -232,7 +232,10 @@ class _Player:
         await self.target.mark(scope, probe_turn(probe, requester))
         result = await self.target.ask_probe(scope, call, limit=self.plan.limit)
         t0 = time.perf_counter()
-        answer = self.reader.answer(probe, requester, result)
+        if self.reader.blocking:
+            answer = await anyio.to_thread.run_sync(self.reader.answer, probe, requester, result)
+        else:
+            answer = self.reader.answer(probe, requester, result)
         reader_ms = (time.perf_counter() - t0) * 1000 if self.reader.name != "none" else None
         if result.reply is not None:
             answer = {"reply": result.reply, **(answer or {})}

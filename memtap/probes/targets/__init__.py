@@ -11,7 +11,7 @@ __all__ = ["make_target"]
 
 
 def make_target(spec: str, *, db: Path, server_url: str | None = None) -> Target:
-    """The target a ``--target`` names: ``builtin``; ``mcp:CONFIG[:NAME]`` and ``openai:URL`` later."""
+    """The target a ``--target`` names: ``builtin``, ``mcp:CONFIG[:NAME]`` or ``openai:URL``."""
     kind = spec.split(":", 1)[0]
     if spec == "builtin":
         from memtap.probes.targets.builtin import BuiltinTarget
@@ -20,13 +20,11 @@ def make_target(spec: str, *, db: Path, server_url: str | None = None) -> Target
     if server_url is not None:
         raise ConfigError("--server applies to the builtin target only")
     if kind == "mcp":
-        raise ConfigError(
-            f"target {spec!r}: wrapped upstream MCP servers (mcp:CONFIG[:NAME]) need the MCP upstream "
-            "proxy, which this build does not have yet; use --target builtin"
-        )
+        from memtap.probes.targets.mcp import McpTarget
+
+        return McpTarget(spec, db)
     if kind == "openai":
-        raise ConfigError(
-            f"target {spec!r}: agents behind an OpenAI-compatible endpoint (openai:URL) need the chat "
-            "proxy, which this build does not have yet; use --target builtin"
-        )
+        from memtap.probes.targets.openai import OpenAITarget
+
+        return OpenAITarget(spec, db)
     raise ConfigError(f"unknown target {spec!r}; use builtin, mcp:CONFIG[:NAME] or openai:URL")

@@ -1,4 +1,5 @@
-"""Starting and stopping a ``memtap serve --http`` of the replay's own, on a free port."""
+"""Starting and stopping a ``memtap serve --http`` (or ``memtap proxy --http``) of the replay's own,
+on a free port."""
 
 from __future__ import annotations
 
@@ -32,12 +33,13 @@ def health(base_url: str, timeout: float = 2.0) -> dict[str, Any]:
 
 
 class MemtapServer:
-    """A child ``memtap serve`` writing to ``db``. It runs in its own session, so a Ctrl-C at the
-    terminal reaches the replay (which then marks its episodes interrupted) and not the server;
-    the replay stops it with SIGTERM, which flushes the trace."""
+    """A child ``memtap serve`` (or ``memtap proxy``: ``command``) writing to ``db``. It runs in its
+    own session, so a Ctrl-C at the terminal reaches the replay (which then marks its episodes
+    interrupted) and not the server; the replay stops it with SIGTERM, which flushes the trace."""
 
-    def __init__(self, db: Path, *, extra: Sequence[str] = ()) -> None:
+    def __init__(self, db: Path, *, extra: Sequence[str] = (), command: str = "serve") -> None:
         self.db = db
+        self.command = command
         self.extra = list(extra)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: IO[bytes] | None = None
@@ -47,21 +49,32 @@ class MemtapServer:
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server runs; stop() closes it)
-        cmd = [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{port}", "--db", str(self.db)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memtap",
+            self.command,
+            "--http",
+            f"127.0.0.1:{port}",
+            "--db",
+            str(self.db),
+        ]
         self.proc = subprocess.Popen(
             [*cmd, *self.extra], stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise TargetError(f"memtap serve exited with {self.proc.returncode}: {self.stderr()[-500:]}")
+                raise TargetError(
+                    f"memtap {self.command} exited with {self.proc.returncode}: {self.stderr()[-500:]}"
+                )
             try:
                 health(self.base_url, timeout=1.0)
                 return f"{self.base_url}/mcp"
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise TargetError(f"memtap serve did not become healthy within {timeout:.0f} s")
+        raise TargetError(f"memtap {self.command} did not become healthy within {timeout:.0f} s")
 
     def stderr(self) -> str:
         if self.log is None:
