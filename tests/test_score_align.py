@@ -14,11 +14,12 @@ import pytest
 from click.testing import CliRunner
 from trace_builder import SAY_V0, SAY_V1, RunWriter, suite
 
+from memtap.adapters.model_endpoint import resolve_model
 from memtap.cli.main import cli
 from memtap.errors import ConfigError
 from memtap.probes.schema import GoldMemory
 from memtap.scoring.align import Aligner, DefaultMatcher, EmbeddingMatcher, JudgeMatcher
-from memtap.scoring.judges import make_matcher, resolve_model
+from memtap.scoring.judges import make_matcher
 from memtap.scoring.text import tokens
 
 

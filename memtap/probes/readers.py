@@ -251,6 +251,6 @@ def make_reader(spec: str, config: Path | None = None) -> Reader:
             f"--reader {spec}: an LLM reader calls a model of a config's model_list; pass --config FILE "
             "(or use --reader extractive or none)"
         )
-    from memtap.scoring.judges import resolve_model
+    from memtap.adapters.model_endpoint import resolve_model
 
     return LLMReader(spec, resolve_model(spec, config).chat)

@@ -11,76 +11,17 @@ decision's reason.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memtap.adapters.model_endpoint import resolve_model
 from memtap.errors import ConfigError
 from memtap.probes.schema import Probe
 from memtap.scoring.align import DefaultMatcher, EmbeddingMatcher, JudgeMatcher, Matcher
-from memtap.scoring.errors import ScoringError
 from memtap.scoring.permission import classify_permission, llm_permission_judge
 
-__all__ = ["Endpoint", "make_matcher", "make_permission_judge", "resolve_model"]
-
-
-class Endpoint:
-    """One model behind an OpenAI-compatible HTTP API."""
-
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 60.0) -> None:
-        self.base_url, self.model, self.api_key, self.timeout = base_url.rstrip("/"), model, api_key, timeout
-
-    def _post(self, path: str, body: dict[str, Any]) -> Any:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(
-            self.base_url + path, data=json.dumps(body).encode(), headers=headers, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.load(response)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise ScoringError(f"model {self.model} at {self.base_url}{path}: {exc}") from None
-
-    def chat(self, prompt: str) -> str:
-        data = self._post(
-            "/chat/completions",
-            {"model": self.model, "temperature": 0, "messages": [{"role": "user", "content": prompt}]},
-        )
-        try:
-            return str(data["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError):
-            raise ScoringError(f"model {self.model}: a chat reply without choices[0].message") from None
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        data = self._post("/embeddings", {"model": self.model, "input": texts})
-        try:
-            return [[float(x) for x in item["embedding"]] for item in data["data"]]
-        except (KeyError, TypeError, ValueError):
-            raise ScoringError(f"model {self.model}: an embeddings reply without data[].embedding") from None
-
-
-def resolve_model(name: str, config: Path | None) -> Endpoint:
-    if config is None:
-        raise ConfigError(f"model {name!r}: pass --config FILE whose model_list names it")
-    from memtap.adapters.llm import upstream_from_entry
-    from memtap.config import load_config
-
-    for entry in load_config(config).model_list:
-        if entry.model_name != name:
-            continue
-        upstream = upstream_from_entry(entry, None, default_timeout=60.0)
-        if upstream.via != "passthrough":
-            raise ConfigError(
-                f"model {name!r} in {config}: judges speak the OpenAI API; "
-                f"provider {upstream.provider} needs an OpenAI-compatible api_base"
-            )
-        return Endpoint(upstream.url(""), upstream.model, upstream.key())
-    raise ConfigError(f"model {name!r} is not in the model_list of {config}")
+__all__ = ["make_matcher", "make_permission_judge"]
 
 
 def make_matcher(spec: str, config: Path | None) -> Matcher:

@@ -102,6 +102,6 @@ def paraphrase_suite(episodes: list[Episode], *, model: str, config: Path | None
     """``--paraphrase MODEL --config FILE``: the model of the config's model_list rewrites the turns."""
     if config is None:
         raise ConfigError(f"--paraphrase {model}: pass --config FILE whose model_list names the model")
-    from memtap.scoring.judges import resolve_model
+    from memtap.adapters.model_endpoint import resolve_model
 
     return paraphrase_episodes(episodes, resolve_model(model, config).chat, model=model)
