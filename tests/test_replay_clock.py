@@ -102,6 +102,12 @@ def test_extractive_reader_answers_in_each_probe_types_shape_without_inventing_v
     assert abstain == {"action": "abstain", "answer": None}
 
 
+def test_extractive_reader_keeps_titles_and_initials_with_the_name_that_follows() -> None:
+    found = _result(("Noted. My dentist is Dr. Patel on Elm St. since May.", None, "user"))
+    answer = ExtractiveReader().answer(_probe("current_value", "Who is the user's dentist?"), "u", found)
+    assert answer == {"answer": "My dentist is Dr. Patel on Elm St. since May."}
+
+
 def test_extractive_reader_withholds_what_the_tags_deny_the_requester() -> None:
     private = {
         "owner": "ns",

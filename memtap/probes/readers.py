@@ -39,6 +39,21 @@ __all__ = ["SHAPES", "ExtractiveReader", "LLMReader", "NoReader", "Reader", "mak
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9'.:-]*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+# A piece ending in a title or a single initial ("Dr. Patel", "J. Smith") is not a sentence end.
+_NOT_AN_END = re.compile(r"(?:\b(?:Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|vs|Mt)|\b[A-Z])\.$")
+
+
+def sentences(text: str) -> list[str]:
+    """Split text at sentence ends, keeping titles and initials with the name that follows."""
+    out: list[str] = []
+    for piece in _SENTENCE.split(text.strip()):
+        if out and _NOT_AN_END.search(out[-1]):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
+
+
 _STOP = frozenset(
     [
         "a",
@@ -146,7 +161,7 @@ class ExtractiveReader:
         wanted = _words(question)
         best: tuple[int, int, str, Retrieved] | None = None
         for item in sorted(retrieved, key=lambda r: r.rank):
-            for sentence in _SENTENCE.split(item.content.strip()):
+            for sentence in sentences(item.content):
                 score = len(wanted & _words(sentence))
                 if best is None or score > best[0]:
                     best = (score, item.rank, sentence, item)
