@@ -45,6 +45,7 @@ __all__ = [
     "ToolKindName",
     "UpstreamOptions",
     "load_config",
+    "parse_api_keys",
     "resolve_secret",
 ]
 
@@ -62,6 +63,24 @@ def resolve_secret(value: str | None, what: str) -> str | None:
     if not found:
         raise ConfigError(f"{what} refers to environment variable {name}, which is not set")
     return found
+
+
+def parse_api_keys(values: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``KEY=PRINCIPAL`` pairs (from options or comma-separated ``MEMTAP_API_KEYS``). The principal
+    is what follows the last ``=``, so keys that end in ``=`` (base64) keep their padding."""
+    keys: dict[str, str] = {}
+    for raw in values:
+        for pair in raw.split(","):
+            pair = pair.strip()
+            if not pair:
+                continue
+            key, sep, principal = pair.rpartition("=")
+            if not sep or not key.strip() or not principal.strip():
+                raise ConfigError(
+                    f"API key entries look like KEY=PRINCIPAL; got {pair[:4]}… without a principal"
+                )
+            keys[key.strip()] = principal.strip()
+    return keys
 
 
 class LiteLLMParams(BaseModel):
@@ -166,16 +185,20 @@ class MemtapSection(BaseModel):
     def _yaml_off(cls, value: object) -> object:
         return _mode_from_yaml(value)
 
-    def key_pairs(self) -> list[str]:
-        """The configured API keys as ``KEY=PRINCIPAL`` (environment references resolved)."""
-        pairs = []
+    def api_key_map(self) -> dict[str, str]:
+        """The configured API keys, key to principal (environment references resolved).
+
+        A ``{key, principal}`` entry is taken as it is, so a key may hold ``=`` or ``,``;
+        only the ``KEY=PRINCIPAL`` string form is parsed."""
+        keys: dict[str, str] = {}
         for index, entry in enumerate(self.api_keys):
             if isinstance(entry, str):
-                pairs.append(entry)
+                keys.update(parse_api_keys([entry]))
             else:
                 key = resolve_secret(entry.key, f"memtap.api_keys[{index}].key")
-                pairs.append(f"{key}={entry.principal}")
-        return pairs
+                assert key is not None  # the model requires a non-empty key
+                keys[key] = entry.principal
+        return keys
 
 
 class ConfigFile(BaseModel):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from memtap.config import HttpServerConfig, StdioServerConfig, load_config
+from memtap.config import HttpServerConfig, StdioServerConfig, load_config, parse_api_keys
 from memtap.errors import ConfigError
 
 
@@ -140,12 +140,12 @@ def test_api_keys_from_the_environment_resolve_and_a_missing_one_is_named(
     )
     config = load_config(path)
     monkeypatch.setenv("ALICE_KEY", "sk-from-env")
-    assert config.memtap.key_pairs() == ["sk-inline=bob", "sk-from-env=alice"]
+    assert config.memtap.api_key_map() == {"sk-inline": "bob", "sk-from-env": "alice"}
     monkeypatch.delenv("ALICE_KEY")
     with pytest.raises(
         ConfigError, match=r"memtap.api_keys\[1\].key refers to environment variable ALICE_KEY"
     ):
-        config.memtap.key_pairs()
+        config.memtap.api_key_map()
 
 
 def test_server_entries_keep_client_keys_and_take_memtap_options(tmp_path: Path) -> None:
@@ -171,3 +171,15 @@ mcpServers:
         "server-memory", {"debug_*": "other"}, 5.0,
     )  # fmt: skip
     assert list(config.enabled_servers()) == ["memory"]
+
+
+def test_api_keys_holding_equals_signs_or_commas_keep_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "keys.yaml"
+    path.write_text(
+        "memtap:\n  api_keys:\n    - {key: os.environ/B64_KEY, principal: alice}\n    - 'c2s==bob'\n"
+    )
+    monkeypatch.setenv("B64_KEY", "a,b=c==")
+    assert load_config(path).memtap.api_key_map() == {"a,b=c==": "alice", "c2s=": "bob"}
+    assert parse_api_keys(["padded==carol,plain=dan"]) == {"padded=": "carol", "plain": "dan"}

@@ -17,20 +17,11 @@ from memtap.adapters.builtin import BuiltinBackend
 from memtap.config import ConfigFile
 from memtap.errors import ConfigError
 
-__all__ = ["BACKENDS", "BackendFactory", "check_backend", "open_backend"]
+__all__ = ["BACKENDS", "BackendFactory", "open_backend"]
 
 # kind -> factory(name, config, db path); ``builtin`` takes no name.
 BackendFactory = Callable[[str, ConfigFile, Path], MemoryBackend]
 BACKENDS: dict[str, BackendFactory] = {"builtin": lambda _name, _config, db: BuiltinBackend(db)}
-
-
-def check_backend(config: ConfigFile) -> None:
-    """Raise the ConfigError opening the backend would, without opening anything."""
-    kind, _, name = config.memtap.backend.partition(":")
-    if kind == "mcp" and name in config.mcp_servers:
-        return
-    if kind not in BACKENDS:
-        _unavailable(config.memtap.backend, kind, name)
 
 
 def open_backend(config: ConfigFile, db: Path) -> MemoryBackend:

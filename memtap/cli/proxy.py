@@ -11,18 +11,27 @@ through memtap.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from memtap.cli.options import db_option, json_option, parse_host_port, resolve_db
+from memtap.cli.options import (
+    db_option,
+    json_option,
+    loop_options,
+    parse_host_port,
+    resolve_db,
+    serving_config,
+)
 from memtap.errors import ConfigError, MemtapError
+
+if TYPE_CHECKING:
+    from memtap.config import ConfigFile
 
 __all__ = ["init_config", "proxy"]
 
@@ -58,8 +67,10 @@ def _upstreams(
     only: str | None,
     profile: str | None,
     rules: dict[str, str],
+    loaded: ConfigFile | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """The servers to wrap, and whether they inherit memtap's environment (the ``--`` form)."""
+    """The servers to wrap, and whether they inherit memtap's environment (the ``--`` form).
+    ``loaded``: the config file already read, so it is read once."""
     from memtap.adapters.profiles import find_profile
     from memtap.config import StdioServerConfig, load_config
 
@@ -72,7 +83,7 @@ def _upstreams(
         servers: dict[str, Any] = {name or upstream_name(command): server}
         inherit = True
     elif config is not None:
-        servers = dict(load_config(config).enabled_servers())
+        servers = dict(load_config(config).enabled_servers() if loaded is None else loaded.enabled_servers())
         if not servers:
             raise ConfigError(f"config {config} has no enabled mcpServers to wrap")
         inherit = False
@@ -166,26 +177,22 @@ def proxy(
         return
     import anyio
 
-    from memtap.adapters.registry import check_backend
-    from memtap.cli.serve import loop_options
-    from memtap.config import ConfigFile, load_config
-    from memtap.proxy.runtime import Settings, parse_api_keys
+    from memtap.proxy.runtime import Settings
     from memtap.proxy.serve import serve as run
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
+    # One process, one trace: the same file's model_list and memtap section serve the chat proxy.
+    loaded, keys = serving_config(config, api_keys, verbose)
     command: list[str] = ctx.meta.get(_META_KEY, [])
-    servers, inherit = _upstreams(config, command, name=name, only=only, profile=profile, rules=_rules(rules))
+    servers, inherit = _upstreams(
+        config, command, name=name, only=only, profile=profile, rules=_rules(rules), loaded=loaded
+    )
     if explain:
         anyio.run(lambda: _explain(servers, inherit, timeout))
         return
-    env_keys = os.environ.get("MEMTAP_API_KEYS")
-    # One process, one trace: the same file's model_list and memtap section serve the chat proxy.
-    loaded = load_config(config) if config is not None else ConfigFile()
-    check_backend(loaded)
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
-        api_keys=parse_api_keys([*api_keys, *([env_keys] if env_keys else []), *loaded.memtap.key_pairs()]),
+        api_keys=keys,
         config=loaded,
         default_principal=principal,
         console_spans=console_spans,
@@ -297,18 +304,9 @@ def init_config(config: Path | None, db: Path | None, http: str | None, command:
     Desktop, Cursor, ...): the agent keeps its tools, memtap records the calls.
     Give --config FILE (your client's config) or -- COMMAND ARGS... (one server).
     """
-    from memtap.config import StdioServerConfig, load_config
+    from memtap.config import StdioServerConfig
 
-    if config is not None and command:
-        raise ConfigError("give either --config FILE or -- COMMAND ARGS..., not both")
-    if config is not None:
-        servers = dict(load_config(config).enabled_servers())
-    elif command:
-        servers = {
-            upstream_name(list(command)): StdioServerConfig(command=command[0], args=list(command[1:]))
-        }
-    else:
-        raise ConfigError("give --config FILE (a client config with mcpServers) or -- COMMAND ARGS...")
+    servers, _ = _upstreams(config, list(command), name=None, only=None, profile=None, rules={})
     memtap = _memtap_command()
     db_args = ["--db", str(db.resolve())] if db is not None else []
     entries: dict[str, Any] = {}

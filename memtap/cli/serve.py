@@ -3,13 +3,11 @@ OpenAI-compatible chat proxy over the upstreams of a config file."""
 
 from __future__ import annotations
 
-import logging
-import os
 from pathlib import Path
 
 import click
 
-from memtap.cli.options import db_option, parse_host_port, resolve_db
+from memtap.cli.options import db_option, loop_options, parse_host_port, resolve_db, serving_config
 
 DEFAULT_HTTP = "127.0.0.1:8750"
 
@@ -67,20 +65,15 @@ def serve(
     """Serve memory tools over MCP (stdio and/or streamable HTTP), recording every call."""
     import anyio
 
-    from memtap.adapters.registry import check_backend
-    from memtap.config import ConfigFile, load_config
     from memtap.proxy.policy import GateMode
-    from memtap.proxy.runtime import Settings, parse_api_keys
+    from memtap.proxy.runtime import Settings
     from memtap.proxy.serve import serve as run
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
-    env_keys = os.environ.get("MEMTAP_API_KEYS")
-    config = load_config(config_path) if config_path is not None else ConfigFile()
-    check_backend(config)
+    config, keys = serving_config(config_path, api_keys, verbose)
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
-        api_keys=parse_api_keys([*api_keys, *([env_keys] if env_keys else []), *config.memtap.key_pairs()]),
+        api_keys=keys,
         config=config,
         default_principal=principal,
         gate=GateMode(gate),
@@ -89,11 +82,3 @@ def serve(
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
     anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
-
-
-def loop_options() -> dict[str, bool]:
-    """uvloop when it is installed (uvicorn[standard] brings it): about halves the event loop's
-    cost per proxied call (docs/chat-proxy.md)."""
-    import importlib.util
-
-    return {"use_uvloop": importlib.util.find_spec("uvloop") is not None}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from memtap.adapters.base import MemoryBackend
 from memtap.adapters.registry import open_backend
-from memtap.config import ConfigFile, McpServerConfig
+from memtap.config import ConfigFile, McpServerConfig, parse_api_keys
 from memtap.errors import ConfigError
 from memtap.proxy.policy import GateMode
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
@@ -26,23 +26,6 @@ def default_db_path() -> Path:
     """``$MEMTAP_DB``, else ``~/.memtap/memtap.db``."""
     env = os.environ.get("MEMTAP_DB")
     return Path(env) if env else Path.home() / ".memtap" / "memtap.db"
-
-
-def parse_api_keys(values: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """``KEY=PRINCIPAL`` pairs (from options or comma-separated ``MEMTAP_API_KEYS``)."""
-    keys: dict[str, str] = {}
-    for raw in values:
-        for pair in raw.split(","):
-            pair = pair.strip()
-            if not pair:
-                continue
-            key, sep, principal = pair.partition("=")
-            if not sep or not key.strip() or not principal.strip():
-                raise ConfigError(
-                    f"API key entries look like KEY=PRINCIPAL; got {pair[:4]}… without a principal"
-                )
-            keys[key.strip()] = principal.strip()
-    return keys
 
 
 def is_loopback(host: str) -> bool:
