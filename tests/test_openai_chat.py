@@ -148,7 +148,10 @@ def test_openai_client_raises_the_matching_errors(serve_memtap: Serve) -> None:
     memtap = serve_memtap()
     client = openai.OpenAI(api_key="x", base_url=memtap.base_url, max_retries=0)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
-        client.chat.completions.create(model="missing", messages=HELLO)
+        client.chat.completions.create(
+            model="missing", messages=HELLO, user="ann",
+            extra_headers={"X-Memtap-Run": "r-err", "X-Memtap-Session": "s-err"},
+        )  # fmt: skip
     with pytest.raises(openai.RateLimitError, match="fake upstream error 429"):
         client.chat.completions.create(
             model="gpt-fake", messages=[{"role": "user", "content": "[status 429]"}]
@@ -161,6 +164,10 @@ def test_openai_client_raises_the_matching_errors(serve_memtap: Serve) -> None:
         )
     events = memtap.events(chats(4))
     assert [e.status for e in events] == ["error"] * 4
+    # A call refused before its context was built (unknown model) keeps the context it sent.
+    assert (events[0].context.run, events[0].context.session, events[0].context.namespace) == (
+        "r-err", "s-err", "ann",
+    )  # fmt: skip
     assert "fake upstream error 429" in (events[1].error or "")
 
 

@@ -32,13 +32,13 @@ from starlette.types import Receive, Scope, Send
 
 from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, Upstream, UpstreamError, error_body
 from memtap.errors import InvalidArguments
-from memtap.proxy.context import build_context, fields_from_headers
+from memtap.proxy.context import build_context, build_context_safely, fields_from_headers
 from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer, Recall
 from memtap.proxy.sse import complete_prefix, summarise_stream
 from memtap.trace.calls import CallRecord, recorded_call
-from memtap.trace.models import Context, Op
+from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
 
 __all__ = ["MEMORY_HEADER", "ChatProxy", "context_layers"]
@@ -141,7 +141,9 @@ class ChatProxy:
             front_door="openai",
             backend=upstream.via if upstream is not None else "none",
             arguments=request,
-            fallback_context=lambda: Context(principal=principal, namespace=principal),
+            fallback_context=lambda: build_context_safely(
+                principal, headers.get("user-agent"), context_layers(request, headers)
+            ),
             model=model if isinstance(model, str) else "unknown",
             provider=upstream.provider if upstream is not None else None,
             started_at=t0,

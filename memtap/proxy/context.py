@@ -13,10 +13,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memtap.errors import InvalidArguments
+from memtap.errors import InvalidArguments, MemtapError
 from memtap.trace.models import Context
 
-__all__ = ["HEADERS", "META_KEY", "build_context", "fields_from_headers", "fields_from_meta"]
+__all__ = [
+    "HEADERS",
+    "META_KEY",
+    "build_context",
+    "build_context_safely",
+    "fields_from_headers",
+    "fields_from_meta",
+]
 
 META_KEY = "memtap"
 
@@ -71,3 +78,13 @@ def build_context(
     except ValidationError as exc:
         problems = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()]
         raise InvalidArguments("invalid context: " + "; ".join(problems)) from None
+
+
+def build_context_safely(
+    principal: str, client: str | None, layers: tuple[Mapping[str, Any], ...]
+) -> Context:
+    """The best context for recording a call whose own context could not be built."""
+    try:
+        return build_context(principal=principal, client=client, layers=layers)
+    except MemtapError:
+        return Context(principal=principal, namespace=principal, client=client)

@@ -49,9 +49,14 @@ from memtap.errors import (
     UpstreamProtocolError,
     UpstreamRPCError,
 )
-from memtap.proxy.context import META_KEY, build_context, fields_from_headers, fields_from_meta
+from memtap.proxy.context import (
+    META_KEY,
+    build_context,
+    build_context_safely,
+    fields_from_headers,
+    fields_from_meta,
+)
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, client_name
-from memtap.proxy.service import build_context_safely
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder

@@ -25,13 +25,13 @@ from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, Upstrea
 from memtap.config import ConfigFile
 from memtap.errors import InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
-from memtap.proxy.context import build_context
+from memtap.proxy.context import build_context, build_context_safely
 from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer
 from memtap.proxy.service import MemoryService
 from memtap.trace.calls import recorded_call
-from memtap.trace.models import Context, Op
+from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
 
 __all__ = ["DirectRoutes", "OpenAIFrontDoor"]
@@ -146,7 +146,9 @@ class OpenAIFrontDoor:
             front_door="openai",
             backend="local" if embedder is not None else (upstream.via if upstream is not None else "none"),
             arguments=request,
-            fallback_context=lambda: Context(principal=principal, namespace=principal),
+            fallback_context=lambda: build_context_safely(
+                principal, headers.get("user-agent"), context_layers(request, headers)
+            ),
             model=alias,
             provider=provider,
             started_at=t0,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memtap.adapters.base import BackendResult, MemoryBackend
-from memtap.errors import AccessDenied, ContentTooLarge, MemtapError, UnknownTool
-from memtap.proxy.context import build_context
+from memtap.errors import AccessDenied, ContentTooLarge, UnknownTool
+from memtap.proxy.context import build_context, build_context_safely
 from memtap.proxy.policy import GateMode, gate_retrieval, gate_stored
 from memtap.proxy.tools import (
     CONTEXT_FIELDS,
@@ -182,13 +182,3 @@ def _tags(access: AccessArg | None, namespace: str) -> AccessTags:
         return AccessTags(owner=namespace)
     fields = access.model_dump(exclude_none=True)
     return AccessTags(owner=namespace, **fields)
-
-
-def build_context_safely(
-    principal: str, client: str | None, layers: tuple[Mapping[str, Any], ...]
-) -> Context:
-    """The best context for recording a call whose own context could not be built."""
-    try:
-        return build_context(principal=principal, client=client, layers=layers)
-    except MemtapError:
-        return Context(principal=principal, namespace=principal, client=client)
