@@ -92,14 +92,6 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[Any, Path | None]]:
     """A connected client for one path (and the trace database memtap writes, if any)."""
@@ -107,7 +99,7 @@ async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[A
     from mcp import Client, StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
 
-    from memtap.cli.demo import wait_healthy
+    from memtap.probes.targets._server import free_port, wait_healthy
 
     folder = work / path
     folder.mkdir()
@@ -141,7 +133,10 @@ async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[A
             stderr=subprocess.PIPE,
         )
         try:
-            wait_healthy(f"http://127.0.0.1:{port}/healthz", proc)
+            if wait_healthy(f"http://127.0.0.1:{port}", proc) is None:
+                raise RuntimeError(
+                    f"memtap proxy did not start: {proc.stderr.read().decode() if proc.stderr else ''}"
+                )
             async with (
                 httpx2.AsyncClient(timeout=60) as http,
                 Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client,

@@ -34,7 +34,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memtap.cli.demo import free_port  # noqa: E402
+from memtap.probes.targets._server import free_port  # noqa: E402
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},

@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memtap.cli.demo import free_port, wait_healthy
+from memtap.errors import MemtapError
+from memtap.probes.targets._server import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -116,7 +117,10 @@ def start_http_server(db_path: Path) -> Iterator[Callable[..., ServerProcess]]:
         )
         server = ServerProcess(proc, port, target)
         started.append(server)
-        wait_healthy(f"http://127.0.0.1:{port}/healthz", proc)
+        if wait_healthy(f"http://127.0.0.1:{port}", proc) is None:
+            raise MemtapError(
+                f"memtap {command} did not start (exit {proc.poll()}): {server.stderr()[-500:]}"
+            )
         return server
 
     yield start

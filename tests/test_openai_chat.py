@@ -12,7 +12,7 @@ import openai
 import pytest
 from served import ServedMemtap, chats
 
-from memtap.cli.demo import free_port
+from memtap.probes.targets._server import free_port
 from memtap.trace.models import Op
 
 Serve = Callable[..., ServedMemtap]

@@ -3,48 +3,12 @@ client over streamable HTTP, then print the recorded trace and an item's lineage
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any, cast
 
 import click
 
-from memtap.errors import MemtapError
-
-__all__ = ["demo", "free_port", "start_server", "wait_healthy"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> dict[str, Any]:
-    """Poll ``url`` until it answers 200, the process dies, or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            raise MemtapError(f"memtap serve exited with {proc.returncode}: {err.strip()[-500:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                return dict(json.load(resp))
-        except OSError:
-            time.sleep(0.05)
-    raise MemtapError(f"memtap serve did not answer {url} within {timeout:.0f} s")
-
-
-def start_server(db: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{port}", "--db", str(db), *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+__all__ = ["demo"]
 
 
 async def _script(url: str) -> str:
@@ -123,20 +87,20 @@ def demo(db: Path) -> None:
     import anyio
 
     from memtap.cli.render import event_lines, item_detail
+    from memtap.probes.targets._server import MemtapServer
     from memtap.trace.store import TraceStore
 
     for suffix in ("", "-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
     db.parent.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    proc = start_server(db, port)
+    server = MemtapServer(db)
     try:
-        health = wait_healthy(f"http://127.0.0.1:{port}/healthz", proc)
-        click.echo(f"memtap {health['version']} serving http://127.0.0.1:{port}/mcp, trace in {db}\n")
-        gym_id = anyio.run(_script, f"http://127.0.0.1:{port}/mcp")
+        url = server.start()
+        version = server.health["version"] if server.health else "?"
+        click.echo(f"memtap {version} serving {url}, trace in {db}\n")
+        gym_id = anyio.run(_script, url)
     finally:
-        proc.send_signal(signal.SIGTERM if os.name != "nt" else signal.SIGINT)
-        proc.wait(timeout=30)
+        server.stop()
     store = TraceStore(db)
     try:
         events = store.list_events()

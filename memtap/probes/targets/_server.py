@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from memtap.probes.targets.base import TargetError
 
-__all__ = ["MemtapServer", "free_port", "health"]
+__all__ = ["MemtapServer", "free_port", "health", "wait_healthy"]
 
 
 def free_port() -> int:
@@ -30,6 +30,22 @@ def free_port() -> int:
 def health(base_url: str, timeout: float = 2.0) -> dict[str, Any]:
     with urllib.request.urlopen(f"{base_url}/healthz", timeout=timeout) as resp:
         return dict(json.load(resp))
+
+
+def wait_healthy(
+    base_url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0
+) -> dict[str, Any] | None:
+    """Poll ``base_url``/healthz until it answers (its JSON), the process exits (None), or
+    ``timeout`` passes (None)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return None
+        try:
+            return health(base_url, timeout=1.0)
+        except OSError:
+            time.sleep(0.05)
+    return None
 
 
 class MemtapServer:
@@ -44,6 +60,7 @@ class MemtapServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: IO[bytes] | None = None
         self.base_url = ""
+        self.health: dict[str, Any] | None = None
 
     def start(self, timeout: float = 30.0) -> str:
         port = free_port()
@@ -62,17 +79,13 @@ class MemtapServer:
         self.proc = subprocess.Popen(
             [*cmd, *self.extra], stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise TargetError(
-                    f"memtap {self.command} exited with {self.proc.returncode}: {self.stderr()[-500:]}"
-                )
-            try:
-                health(self.base_url, timeout=1.0)
-                return f"{self.base_url}/mcp"
-            except OSError:
-                time.sleep(0.05)
+        self.health = wait_healthy(self.base_url, self.proc, timeout)
+        if self.health is not None:
+            return f"{self.base_url}/mcp"
+        if self.proc.poll() is not None:
+            raise TargetError(
+                f"memtap {self.command} exited with {self.proc.returncode}: {self.stderr()[-500:]}"
+            )
         self.stop()
         raise TargetError(f"memtap {self.command} did not become healthy within {timeout:.0f} s")
 
