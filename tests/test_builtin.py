@@ -49,8 +49,11 @@ async def test_search_ranks_by_bm25_and_reports_retrieve_effects(backend: Builti
     cafe = (await backend.add("u", "FitLife has a cafe; FitLife FitLife.")).value["id"]
     result = await backend.search("u", "FitLife gym")
     ids = [r["id"] for r in result.value["results"]]
-    assert set(ids) == {gym, cafe}
-    assert [(e.kind, e.rank) for e in result.effects] == [(EffectKind.RETRIEVE, 1), (EffectKind.RETRIEVE, 2)]
+    assert ids == [gym, cafe]
+    assert [(e.kind, e.item_id, e.rank) for e in result.effects] == [
+        (EffectKind.RETRIEVE, gym, 1),
+        (EffectKind.RETRIEVE, cafe, 2),
+    ]
     scores = [e.score for e in result.effects]
     assert scores == sorted(scores, reverse=True) and all(s is not None and s > 0 for s in scores)
 

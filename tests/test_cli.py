@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -66,8 +65,10 @@ def test_trace_list_filters_by_op_and_namespace_and_reads_memtap_db(
     db_path: Path, populated: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MEMTAP_DB", str(db_path))
-    code, out, _ = _run("trace", "list", "--op", "update")
-    assert code == 0 and "memory_update" in out and "memory_add" not in out
+    code, out, _ = _run("trace", "list", "--op", "update", "--json")
+    assert code == 0 and [json.loads(line)["tool"] for line in out.splitlines()] == ["memory_update"]
+    code, out, _ = _run("trace", "list", "--namespace", "alice", "--json")
+    assert code == 0 and len(out.splitlines()) == 5
     code, out, err = _run("trace", "list", "--namespace", "nobody")
     assert code == 0 and out == "" and "no events" in err
 
@@ -129,15 +130,15 @@ def test_a_database_from_a_newer_memtap_is_a_clear_cli_error(
     assert code == 2 and "newer memtap" in err and "m999_future" in err
 
 
-def test_help_starts_fast_without_loading_the_servers() -> None:
-    start = time.perf_counter()
+def test_the_cli_starts_without_loading_the_servers_or_litellm() -> None:
+    # Start-up time follows from what is imported (litellm alone takes seconds); timing it here
+    # would only measure the machine.
     out = subprocess.run(
         [sys.executable, "-c", "import sys, memtap.cli.main; print(sorted(m for m in sys.modules if m in "
          "{'mcp', 'fastapi', 'uvicorn', 'litellm', 'opentelemetry.sdk'}))"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == "[]"
-    assert time.perf_counter() - start < 10  # generous: the assertion that matters is the module list
 
 
 def test_trace_tail_follows_new_events(db_path: Path, populated: dict[str, str]) -> None:

@@ -20,6 +20,7 @@ async def test_killing_a_durable_server_mid_stream_loses_no_acknowledged_call(
     server = start_http_server("--durable")
     acked: list[tuple[str, str]] = []  # (item id, content) of every call the client got an answer for
     enough = anyio.Event()
+    killed: list[bool] = []
 
     async def writer(client_no: int) -> None:
         try:
@@ -31,7 +32,9 @@ async def test_killing_a_durable_server_mid_stream_loses_no_acknowledged_call(
                     acked.append((result.structured_content["id"], content))  # type: ignore[index]
                     if len(acked) >= 120:
                         enough.set()
-        except Exception:  # the server died under us: expected after the kill
+        except Exception:  # the server died under us: expected after the kill, a failure before it
+            if not killed:
+                raise
             return
 
     with anyio.fail_after(120):
@@ -39,6 +42,7 @@ async def test_killing_a_durable_server_mid_stream_loses_no_acknowledged_call(
             for n in range(4):
                 tg.start_soon(writer, n)
             await enough.wait()
+            killed.append(True)
             server.proc.send_signal(signal.SIGKILL)
             server.proc.wait()
     assert server.proc.returncode == -signal.SIGKILL

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -201,7 +202,10 @@ async def test_failed_start_backs_off_and_a_call_that_cannot_wait_is_refused_at_
             await upstream.connection()  # 0.2 s of timeout cannot wait out the backoff
         with pytest.raises(UpstreamUnavailable, match="exited with code 3 during start"):
             await upstream.connection(timeout=10)  # this one can: it waits, and the retry fails too
-        assert upstream.status()["retry_in_s"] > 0.25  # the delay doubled
+        failed_by = time.monotonic()
+        # The second failure, just before failed_by, set the next attempt 2 x 0.25 s after itself
+        # (undoubled, it would be at most failed_by + 0.25).
+        assert failed_by + 0.4 < upstream.next_attempt <= failed_by + 0.5
     recorder.close()
     store = TraceStore(db_path)
     events = store.list_events()

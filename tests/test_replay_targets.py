@@ -77,7 +77,9 @@ def test_mcp_target_replays_through_the_wrapped_reference_server_isolated_per_ep
     assert len(added) == 5
 
     # Probe results are the trace's item ids (obs_...), among what the probe's own calls retrieved.
-    for episode, probe, retrieved in rows(db, "SELECT episode_id, probe_id, retrieved FROM run_probes"):
+    answered = rows(db, "SELECT episode_id, probe_id, retrieved FROM run_probes")
+    assert sum(1 for _, _, retrieved in answered if json.loads(retrieved)) > len(answered) // 2
+    for episode, probe, retrieved in answered:
         ids = json.loads(retrieved)
         traced = {r[0] for r in rows(db, """SELECT f.item_id FROM events e JOIN effects f ON f.event_id = e.id
               WHERE e.run_id = 'm1' AND e.episode = ? AND e.session = 'probes' AND e.turn = ?""", episode, probe)}  # fmt: skip
