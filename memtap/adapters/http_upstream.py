@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +18,25 @@ from memtap.errors import UpstreamUnavailable as Unavailable
 __all__ = ["HttpConnection", "open_http"]
 
 log = logging.getLogger("memtap.upstream")
+
+
+@functools.cache
+def _request_kinds() -> tuple[dict[str, tuple[Any, Any]], Any]:
+    """The request and params types of each forwarded method, and the adapter for a raw result:
+    built once (a TypeAdapter costs about 60 us), on first use (mcp_types loads lazily)."""
+    import mcp_types as types
+    from pydantic import TypeAdapter
+
+    kinds: dict[str, tuple[Any, Any]] = {
+        "tools/call": (types.CallToolRequest, types.CallToolRequestParams),
+        "tools/list": (types.ListToolsRequest, types.PaginatedRequestParams),
+        "resources/list": (types.ListResourcesRequest, types.PaginatedRequestParams),
+        "resources/templates/list": (types.ListResourceTemplatesRequest, types.PaginatedRequestParams),
+        "resources/read": (types.ReadResourceRequest, types.ReadResourceRequestParams),
+        "prompts/list": (types.ListPromptsRequest, types.PaginatedRequestParams),
+        "prompts/get": (types.GetPromptRequest, types.GetPromptRequestParams),
+    }
+    return kinds, TypeAdapter(dict[str, Any])
 
 
 class HttpConnection:
@@ -37,26 +57,17 @@ class HttpConnection:
         )
 
     async def request(self, method: str, params: dict[str, Any] | None, *, timeout: float) -> dict[str, Any]:
-        import mcp_types as types
         from mcp.shared.exceptions import MCPError
-        from pydantic import TypeAdapter, ValidationError
+        from pydantic import ValidationError
 
         if self.closed.is_set():
             raise Unavailable(self.describe_exit(), upstream=self.name)
-        kinds: dict[str, tuple[Any, Any]] = {
-            "tools/call": (types.CallToolRequest, types.CallToolRequestParams),
-            "tools/list": (types.ListToolsRequest, types.PaginatedRequestParams),
-            "resources/list": (types.ListResourcesRequest, types.PaginatedRequestParams),
-            "resources/templates/list": (types.ListResourceTemplatesRequest, types.PaginatedRequestParams),
-            "resources/read": (types.ReadResourceRequest, types.ReadResourceRequestParams),
-            "prompts/list": (types.ListPromptsRequest, types.PaginatedRequestParams),
-            "prompts/get": (types.GetPromptRequest, types.GetPromptRequestParams),
-        }
+        kinds, any_result = _request_kinds()
         request_type, params_type = kinds[method]
         request = request_type(params=params_type.model_validate(params or {}))
         try:
             with anyio.fail_after(timeout):
-                result = await self.session.send_request(request, TypeAdapter(dict[str, Any]))
+                result = await self.session.send_request(request, any_result)
                 return dict(result)
         except TimeoutError:
             raise UpstreamTimeout(

@@ -72,5 +72,5 @@ def resolve_model(name: str, config: Path | None) -> Endpoint:
                 f"model {name!r} in {config}: judges speak the OpenAI API; "
                 f"provider {upstream.provider} needs an OpenAI-compatible api_base"
             )
-        return Endpoint(upstream.url(""), upstream.model, upstream.key())
+        return Endpoint(upstream.url(""), upstream.model, upstream.key(), upstream.timeout)
     raise ConfigError(f"model {name!r} is not in the model_list of {config}")

@@ -3,6 +3,7 @@ so ``memtap --help`` starts fast."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -29,6 +30,8 @@ class MemtapGroup(click.Group):
             return super().invoke(ctx)
         except MemtapError as exc:
             raise MemtapCommandError(str(exc)) from exc
+        except BrokenPipeError:
+            raise  # the reader of our output went away (`| head`): main() exits quietly
         except OSError as exc:  # a path the command could not use: say which and why, no traceback
             where = f"{exc.filename}: " if exc.filename else ""
             raise MemtapCommandError(f"{where}{exc.strerror or exc}") from exc
@@ -64,3 +67,7 @@ def main() -> None:
         cli.main(prog_name="memtap")
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:
+        # Python's advice: point stdout at devnull so the interpreter's own flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

@@ -263,7 +263,7 @@ def build_forward_server(
                     raise UnknownTool(f"unknown tool {name!r}; the upstreams offer: {offered}")
                 tool = route[1]
                 await upstream.connection()
-                call.op = upstream.kind_of(tool).op
+                call.op = upstream.kind_of(tool).op  # again: a lazy upstream's profile is known only now
                 meta = _upstream_meta(ctx.meta)
                 if upstream.tap is not None:
                     result, call.effects, refined = await upstream.tap.call(

@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 from memtap.adapters.llm import error_body
 from memtap.errors import ProxyError
 
-__all__ = ["RequestProblem", "headers_of", "parse_object", "read_body", "send_bytes", "send_problem"]
+__all__ = ["RequestProblem", "headers_of", "parse_object", "read_body", "send_bytes"]
 
 
 class RequestProblem(ProxyError):
@@ -92,7 +92,3 @@ async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes =
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-async def send_problem(send: Send, status: int, body: bytes) -> None:
-    await send_bytes(send, status, body)

@@ -8,7 +8,6 @@ connection, so the server stays up.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +16,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from memtap import __version__
+from memtap.jsontext import json_text
 from memtap.proxy.context import fields_from_headers, fields_from_meta
 from memtap.proxy.service import MemoryService, ToolOutcome
 from memtap.proxy.tools import TOOLS
@@ -57,11 +57,10 @@ def client_name(ctx: ServerRequestContext[Any, Any]) -> str | None:
 
 
 def to_call_result(outcome: ToolOutcome) -> types.CallToolResult:
-    text = json.dumps(outcome.value, ensure_ascii=False)
     if outcome.is_error:
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=outcome.error or text)], is_error=True
-        )
+        message = outcome.error or json_text(outcome.value)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+    text = json_text(outcome.value)
     structured = outcome.value if isinstance(outcome.value, dict) else {"result": outcome.value}
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)], structured_content=structured

@@ -149,18 +149,21 @@ class MemoryService:
 
     async def _dispatch(self, args: ContextArgs, ctx: Context, event_id: str) -> BackendResult:
         backend, ns = self.backend, ctx.namespace
-        provenance = Provenance.of(ctx, event_id)
-        if isinstance(args, AddArgs):
-            tags = _tags(args.access, ns)
-            return await backend.add(
-                ns, args.content, metadata=args.metadata, tags=tags, provenance=provenance
-            )
+        # Reads carry no provenance: build it only for the writes (a pydantic model per call).
         if isinstance(args, SearchArgs):
             return await backend.search(ns, args.query, limit=args.limit)
         if isinstance(args, GetArgs):
             return await backend.get(ns, args.id)
         if isinstance(args, ListArgs):
             return await backend.list(ns, limit=args.limit, offset=args.offset)
+        if isinstance(args, HistoryArgs):
+            return await backend.history(ns, args.id)
+        provenance = Provenance.of(ctx, event_id)
+        if isinstance(args, AddArgs):
+            tags = _tags(args.access, ns)
+            return await backend.add(
+                ns, args.content, metadata=args.metadata, tags=tags, provenance=provenance
+            )
         if isinstance(args, UpdateArgs):
             return await backend.update(
                 ns,
@@ -172,8 +175,6 @@ class MemoryService:
             )
         if isinstance(args, DeleteArgs):
             return await backend.delete(ns, args.id, provenance=provenance)
-        if isinstance(args, HistoryArgs):
-            return await backend.history(ns, args.id)
         raise UnknownTool(f"no handler for {type(args).__name__}")
 
 

@@ -10,10 +10,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic_core import to_json
 from sqlite_utils import Database
 
 from memtap.errors import StoreError
+from memtap.jsontext import json_text
 from memtap.trace.migrations import MIGRATIONS
 from memtap.trace.models import (
     AccessTags,
@@ -31,14 +31,7 @@ __all__ = ["TraceStore", "immediate_transaction"]
 
 
 def _json(value: Any) -> str | None:
-    """Compact JSON text, readable where it can be: non-ASCII stays as is unless the value holds
-    text that is not valid Unicode (an unpaired surrogate), which is then escaped."""
-    if value is None:
-        return None
-    try:
-        return to_json(value).decode("utf-8")  # compact, UTF-8; refuses unpaired surrogates
-    except (ValueError, TypeError):
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str)
+    return None if value is None else json_text(value)
 
 
 _EVENT_COLUMNS = (
