@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
+from memtap.proxy.http import headers_of
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
 from memtap.proxy.openai_api import DirectRoutes, OpenAIFrontDoor
 from memtap.proxy.runtime import Runtime, is_loopback
@@ -36,8 +37,9 @@ def resolve_principal(headers: Mapping[str, str], keys: dict[str, str], default:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         return None
+    offered = token.strip().encode()
     for key, principal in keys.items():
-        if hmac.compare_digest(key.encode(), token.strip().encode()):
+        if hmac.compare_digest(key.encode(), offered):
             return principal
     return None
 
@@ -56,8 +58,7 @@ class PrincipalGate:
         self.default_principal = default_principal
 
     def principal(self, scope: Scope) -> str | None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        return resolve_principal(headers, self.keys, self.default_principal)
+        return resolve_principal(headers_of(scope), self.keys, self.default_principal)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

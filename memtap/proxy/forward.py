@@ -53,10 +53,9 @@ from memtap.proxy.context import (
     META_KEY,
     build_context,
     build_context_safely,
-    fields_from_headers,
-    fields_from_meta,
 )
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, client_name
+from memtap.proxy.mcp_server import caller as mcp_caller
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
@@ -222,12 +221,7 @@ def build_forward_server(
     router = _Router(pool, only)
 
     def caller(ctx: ServerRequestContext[Any, Any]) -> tuple[str, str, tuple[dict[str, Any], ...]]:
-        request = ctx.request
-        headers: Mapping[str, str] | None = getattr(request, "headers", None)
-        scope = getattr(request, "scope", None) or {}
-        principal = scope.get(PRINCIPAL_SCOPE_KEY) or default_principal
-        front_door = "mcp-http" if request is not None else "mcp-stdio"
-        return principal, front_door, (fields_from_headers(headers), fields_from_meta(ctx.meta))
+        return mcp_caller(ctx, default_principal)
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None

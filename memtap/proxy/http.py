@@ -34,8 +34,16 @@ class RequestProblem(ProxyError):
         self.body = error_body(message, type_, code=code, param=param)
 
 
+_HEADERS_KEY = "memtap.headers"
+
+
 def headers_of(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    """The request's headers by lower-case name, decoded once per request (kept in the scope)."""
+    found: dict[str, str] | None = scope.get(_HEADERS_KEY)
+    if found is None:
+        found = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        scope[_HEADERS_KEY] = found
+    return found
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:

@@ -18,10 +18,11 @@ from mcp.server.context import ServerRequestContext
 from memtap import __version__
 from memtap.jsontext import json_text
 from memtap.proxy.context import fields_from_headers, fields_from_meta
+from memtap.proxy.http import headers_of
 from memtap.proxy.service import MemoryService, ToolOutcome
 from memtap.proxy.tools import TOOLS
 
-__all__ = ["PRINCIPAL_SCOPE_KEY", "build_mcp_server", "client_name"]
+__all__ = ["PRINCIPAL_SCOPE_KEY", "build_mcp_server", "caller", "client_name"]
 
 PRINCIPAL_SCOPE_KEY = "memtap.principal"
 _CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
@@ -56,6 +57,19 @@ def client_name(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return params.client_info.name if params is not None else None
 
 
+def caller(
+    ctx: ServerRequestContext[Any, Any], default_principal: str
+) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+    """Who is calling (the principal the gate set), through which front door, and the context
+    layers the request carries (headers, decoded once per request, then ``_meta``)."""
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    if scope is None:
+        return default_principal, "mcp-stdio", ({}, fields_from_meta(ctx.meta))
+    principal = scope.get(PRINCIPAL_SCOPE_KEY) or default_principal
+    return principal, "mcp-http", (fields_from_headers(headers_of(scope)), fields_from_meta(ctx.meta))
+
+
 def to_call_result(outcome: ToolOutcome) -> types.CallToolResult:
     if outcome.is_error:
         message = outcome.error or json_text(outcome.value)
@@ -82,17 +96,14 @@ def build_mcp_server(service: MemoryService, *, default_principal: str = "local"
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        request = ctx.request
-        headers: Mapping[str, str] | None = getattr(request, "headers", None)
-        scope = getattr(request, "scope", None) or {}
-        principal = scope.get(PRINCIPAL_SCOPE_KEY) or default_principal
+        principal, front_door, layers = caller(ctx, default_principal)
         outcome = await service.call_tool(
             params.name,
             params.arguments,
             principal=principal,
-            front_door="mcp-http" if request is not None else "mcp-stdio",
+            front_door=front_door,
             client=client_name(ctx),
-            layers=(fields_from_headers(headers), fields_from_meta(ctx.meta)),
+            layers=layers,
         )
         return to_call_result(outcome)
 

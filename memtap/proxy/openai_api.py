@@ -21,7 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap.adapters.embeddings import Embedder, count_tokens, encode_vector, load_embedder
-from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, UpstreamError
+from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, UpstreamError, error_body
 from memtap.config import ConfigFile
 from memtap.errors import InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
@@ -194,7 +194,7 @@ class OpenAIFrontDoor:
                 await send_bytes(send, exc.status, exc.body)
                 raise
         if not answered:
-            await send_bytes(send, 500, RequestProblem(500, f"internal error: {call.error}").body)
+            await send_bytes(send, 500, error_body(f"internal error: {call.error}", "server_error"))
 
     async def _embed_locally(self, embedder: Embedder, alias: str, request: dict[str, Any]) -> bytes:
         inputs = request["input"]
