@@ -51,10 +51,12 @@ def canary_turn_problems(ep: Episode) -> list[tuple[str, str]]:
             problems.append((f"metadata.canaries.{user}", f"{user!r} is not one of the participants"))
         for token in mine:
             if token in everyone and everyone[token] != user:
-                problems.append((f"metadata.canaries.{user}", f"canary {token!r} is also {everyone[token]}'s"))
+                problems.append(
+                    (f"metadata.canaries.{user}", f"canary {token!r} is also {everyone[token]}'s")
+                )
             everyone[token] = user
     shared = _shared(ep)
-    writes: dict[str, tuple[str, str | None]] = {}  # turn id -> (speaker, namespace label)
+    writes: dict[str, tuple[str, Any]] = {}  # turn id -> (speaker, namespace label)
     for i, session in enumerate(ep.sessions):
         for j, turn in enumerate(session.turns):
             where = f"sessions[{i}].turns[{j}].metadata"
@@ -66,11 +68,14 @@ def canary_turn_problems(ep: Episode) -> list[tuple[str, str]]:
                 continue
             if namespace is not None and namespace != shared:
                 problems.append(
-                    (f"{where}.namespace", f"{namespace!r} is not the episode's shared namespace ({shared!r})")
+                    (
+                        f"{where}.namespace",
+                        f"{namespace!r} is not the episode's shared namespace ({shared!r})",
+                    )
                 )
-            token = meta.get("canary")
-            if token is not None and token not in tokens.get(turn.speaker, []):
-                problems.append((f"{where}.canary", f"{token!r} is not a canary of {turn.speaker!r}"))
+            said = meta.get("canary")
+            if said is not None and said not in tokens.get(turn.speaker, []):
+                problems.append((f"{where}.canary", f"{said!r} is not a canary of {turn.speaker!r}"))
             if op == "write":
                 writes[turn.turn_id] = (turn.speaker, namespace)
             elif op == "update":
@@ -79,7 +84,10 @@ def canary_turn_problems(ep: Episode) -> list[tuple[str, str]]:
                     problems.append((f"{where}.updates", f"{target!r} is not an earlier write turn"))
                 elif writes[target] != (turn.speaker, namespace):
                     problems.append(
-                        (f"{where}.updates", f"{target!r} was written by another user or in another namespace")
+                        (
+                            f"{where}.updates",
+                            f"{target!r} was written by another user or in another namespace",
+                        )
                     )
     return problems
 
