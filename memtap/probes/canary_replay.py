@@ -85,7 +85,7 @@ class _Canary:
         self.actors = actors_of(episode, scope.namespace)
         self.shared = shared_namespace(episode, scope.namespace)
         self.counts: Counter[str] = Counter()
-        self.items: dict[str, str] = {}  # write turn id -> the memory id it made
+        self.items: dict[str, str] = {}  # write turn id -> the memory id it made ("" when not told)
 
     def _count(self, what: str, outcome: Outcome) -> None:
         self.counts[f"{what}_sent"] += 1
@@ -101,8 +101,8 @@ class _Canary:
             if op == "write":
                 outcome = await self.target.actor_write(actor, call, namespace)
                 self._count("writes", outcome)
-                if outcome.ok and outcome.item_id:
-                    self.items[turn.turn_id] = outcome.item_id
+                if outcome.ok:
+                    self.items[turn.turn_id] = outcome.item_id or ""
             elif op == "update":
                 item = self.items.get(str(meta.get("updates")))
                 if item is None:

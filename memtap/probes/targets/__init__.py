@@ -26,11 +26,11 @@ def make_target(spec: str, *, db: Path, server_url: str | None = None, gate: str
     if server_url is not None:
         raise ConfigError("--server applies to the builtin target only")
     if kind == "mcp":
-        from memtap.probes.targets.mcp import McpTarget
+        from memtap.probes.targets.mcp_canary import McpCanaryTarget
 
-        return McpTarget(spec, db)
+        return McpCanaryTarget(spec, db)
     if kind == "openai":
-        from memtap.probes.targets.openai import OpenAITarget
+        from memtap.probes.targets.openai_canary import OpenAICanaryTarget
 
-        return OpenAITarget(spec, db)
+        return OpenAICanaryTarget(spec, db)
     raise ConfigError(f"unknown target {spec!r}; use builtin, mcp:CONFIG[:NAME] or openai:URL")
