@@ -295,3 +295,76 @@ def test_canary_keys_are_made_per_run_and_never_reach_the_trace(tmp_path: Path) 
     assert principals == {f"k1/canary/1/user{i:02d}" for i in range(3)}
     stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("trace.db"))
     assert stored and not any(key.encode() in stored for key in keys)
+
+
+# -- the same probe through the mcp: and openai: targets ---------------------------------------
+
+
+def pair_turns(canary: dict[str, Any], db: Path, channel: str) -> dict[tuple[str, str], set[str]]:
+    """(reader, owner) -> the turns (probe ids) of the events listed for that pair on ``channel``."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for pair in canary["episodes"][0]["pairs"]:
+        ids = pair["events"].get(channel, [])
+        if ids:
+            marks = ",".join("?" * len(ids))
+            out[(pair["reader"], pair["owner"])] = {
+                t for (t,) in rows(db, f"SELECT turn FROM events WHERE id IN ({marks})", *ids)
+            }
+    return out
+
+
+def test_canary_through_the_wrapped_reference_server_shows_every_user_reading_every_other(
+    tmp_path: Path, memory_server: dict[str, Any]
+) -> None:
+    suite = gen(
+        tmp_path / "suite.jsonl", "--users", "3", "--writes", "30", "--updates", "3", "--searches", "3"
+    )
+    episode = episode_of(suite)
+    config = write_config(tmp_path, {"memory": memory_server})
+    db = tmp_path / "trace.db"
+    replay(suite, db, "m1", "--target", f"mcp:{config}:memory")
+    canary = score(db, "m1")["canary"]
+    # The reference server keeps one graph for every caller: a user's search of its own namespace finds
+    # the other users' canaries, and so does reading the graph.
+    assert (canary["cross_reads"], canary["pairs_total"]) == (6, 6)
+    assert canary["by_channel"]["search"]["pairs"] == 6 and canary["by_channel"]["read"]["pairs"] == 6
+    searched = pair_turns(canary, db, "search")
+    for probe in episode["probes"]:
+        meta = probe["metadata"]
+        if meta["via"] == "search" and meta["canary_owner"] != probe["requester"]:
+            assert probe["probe_id"] in searched[(probe["requester"], meta["canary_owner"])]
+    assert canary["writes"]["all_acknowledged"] is True and canary["writes"]["recorded"] == writes_in(episode)
+
+
+def test_canary_through_a_chat_agent_counts_what_its_injected_memory_and_replies_disclose(
+    tmp_path: Path, db_path: Path, upstream: Any, start_http_server: Any
+) -> None:
+    config = tmp_path / "chat.json"
+    models = [
+        {
+            "model_name": "agent",
+            "litellm_params": {"model": "openai/reader-json", "api_base": upstream.base_url},
+        }
+    ]
+    # top_k 50: every memory of a user's namespace that shares a word with the question is injected,
+    # including the questions other users' probes left there (the agent remembers what it is asked).
+    config.write_text(json.dumps({"model_list": models, "memtap": {"memory": "auto", "top_k": 50}}))
+    server = start_http_server("--config", str(config))
+    suite = gen(
+        tmp_path / "suite.jsonl", "--users", "3", "--writes", "30", "--updates", "3", "--searches", "3"
+    )
+    episode = episode_of(suite)
+    replay(suite, db_path, "c1", "--target", f"openai:http://127.0.0.1:{server.port}/v1#agent")
+    server.stop()  # flushes the trace
+    canary = score(db_path, "c1")["canary"]
+    # A keyless chat proxy takes the namespace a request names: every escape chat is answered with the
+    # other user's memory injected, canaries included.
+    assert (canary["cross_reads"], canary["pairs_total"]) == (6, 6)
+    assert canary["by_channel"]["chat"]["pairs"] == 6
+    assert canary["by_channel"]["search"] == {"pairs": 0, "events": 0}
+    chatted = pair_turns(canary, db_path, "chat")
+    for (reader, owner), turns in chatted.items():
+        assert turns and all(t.startswith(f"{reader}-{owner}-escape-") for t in turns)
+    assert canary["escapes"]["attempted"] == sum(1 for p in episode["probes"] if p["metadata"]["target"] == "owner"
+                                                 and p["metadata"]["via"] == "search")  # fmt: skip
+    assert canary["writes"]["all_acknowledged"] is True

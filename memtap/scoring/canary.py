@@ -19,10 +19,12 @@ Every event of the attempt (namespace, principal or requester under ``BASE/``) i
 
 ``cross_reads`` is the number of ordered pairs with at least one cross read, out of
 N x (N - 1). Also reported: per channel, the pairs and events; **escape attempts** (calls acting
-for one user that named another user's namespace), how many were refused (an error event) and how
-many disclosed a canary; **writes**: the suite's writes and updates, what the replay sent and the
-target acknowledged (``run_episodes.counts``), and the successful write and update events
-recorded; and how many of their own canaries the users found (a backend that finds nothing
+for one user that named another user's namespace; a chat and the memory search made inside it are
+one attempt), how many were refused (an error event) and how many disclosed a canary;
+**writes**: the suite's write and update turns, what the replay sent and the target acknowledged
+(``run_episodes.counts``), and how many of those turns have a successful write or update event
+recorded (an agent's own writes, such as a chat proxy capturing a probe's question, are not the
+suite's); and how many of their own canaries the users found (a backend that finds nothing
 cannot pass vacuously).
 """
 
@@ -109,7 +111,15 @@ def _episode_report(conn: sqlite3.Connection, episode: Episode, attempt: dict[st
     pairs: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     own_seen: set[str] = set()
     escapes = {"attempted": 0, "refused": 0, "disclosed": 0}
-    writes_recorded = writes_refused = 0
+    disclosed_roots: set[str] = set()
+    write_turns = {
+        t.turn_id
+        for s in episode.sessions
+        for t in s.turns
+        if t.metadata.get("op", "write") in ("write", "update")
+    }
+    recorded: set[str] = set()
+    refused: set[str] = set()
     for row in rows:
         actor = (
             principal.get(row["requester"])
@@ -118,15 +128,14 @@ def _episode_report(conn: sqlite3.Connection, episode: Episode, attempt: dict[st
         )
         named = principal.get(row["namespace"])
         ok = row["status"] == "ok"
-        if row["op"] in ("write", "update"):
-            if ok:
-                writes_recorded += 1
-            else:
-                writes_refused += 1
+        if row["op"] in ("write", "update") and row["turn"] in write_turns:
+            (recorded if ok else refused).add(row["turn"])
         if actor is None or pattern is None:
             continue
+        # A call made inside another (a chat's memory search) is part of that call's attempt.
+        root = row["parent_id"] if row["parent_id"] in ops else row["id"]
         escape = named is not None and named != actor and row["op"] in ("retrieve", "read", "chat")
-        if escape:
+        if escape and root == row["id"]:
             escapes["attempted"] += 1
             escapes["refused"] += 0 if ok else 1
         if not ok or row["op"] not in ("retrieve", "read", "chat"):
@@ -147,11 +156,9 @@ def _episode_report(conn: sqlite3.Connection, episode: Episode, attempt: dict[st
         for owner in crossed:
             pairs[(actor, owner)][channel].append(row["id"])
         if escape and crossed:
-            escapes["disclosed"] += 1
+            disclosed_roots.add(root)
+    escapes["disclosed"] = len(disclosed_roots)
     counts = json.loads(attempt.get("counts") or "{}")
-    suite_writes = sum(
-        1 for s in episode.sessions for t in s.turns if t.metadata.get("op", "write") in ("write", "update")
-    )
     sent = int(counts.get("writes_sent", 0)) + int(counts.get("updates_sent", 0))
     acknowledged = int(counts.get("writes_acknowledged", 0)) + int(counts.get("updates_acknowledged", 0))
     return {
@@ -165,12 +172,12 @@ def _episode_report(conn: sqlite3.Connection, episode: Episode, attempt: dict[st
         ],
         "escapes": escapes,
         "writes": {
-            "in_suite": suite_writes,
+            "in_suite": len(write_turns),
             "sent": sent,
             "acknowledged": acknowledged,
             "skipped": int(counts.get("updates_skipped", 0)),
-            "recorded": writes_recorded,
-            "refused_recorded": writes_refused,
+            "recorded": len(recorded),
+            "refused_recorded": len(refused - recorded),
         },
         "own_canaries": {"seen": len(own_seen), "total": len(tokens)},
         "events_read": len(rows),
