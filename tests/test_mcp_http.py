@@ -51,7 +51,15 @@ async def test_http_calls_are_recorded_with_context_from_headers(start_http_serv
     events = store.list_events()
     items = store.list_items(include_closed=True)
     store.close()
-    assert [e.op for e in events] == [Op.WRITE, Op.WRITE, Op.UPDATE, Op.DELETE, Op.RETRIEVE, Op.READ, Op.RETRIEVE]
+    assert [e.op for e in events] == [
+        Op.WRITE,
+        Op.WRITE,
+        Op.UPDATE,
+        Op.DELETE,
+        Op.RETRIEVE,
+        Op.READ,
+        Op.RETRIEVE,
+    ]
     add = events[0]
     assert add.front_door == "mcp-http"
     # _meta wins over headers; arguments fill what neither gives, and may not contradict them.
