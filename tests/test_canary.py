@@ -6,7 +6,6 @@ scorer."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
 from collections import Counter
@@ -21,11 +20,6 @@ from conftest import write_config
 from memtap.cli.main import cli
 
 SCHEMA = Path(__file__).resolve().parent.parent / "memtap" / "scoring" / "memtap-score-1.schema.json"
-ENFORCEMENT = importlib.util.find_spec("memtap.auth") is not None
-NO_ENFORCEMENT = (
-    "grant enforcement at the MCP front door (branch auth: `memtap serve --api-key KEY=PRINCIPAL` keeps a key "
-    "to the namespace named like its principal) is not merged into this branch yet"
-)
 
 
 def run_cli(*args: str) -> Result:
@@ -190,11 +184,13 @@ def replay(suite: Path, db: Path, run: str, *extra: str) -> dict[str, Any]:
     return summary
 
 
-@pytest.mark.skipif(not ENFORCEMENT, reason=NO_ENFORCEMENT)
+@pytest.mark.parametrize("shared", [False, True], ids=["isolated", "shared-namespace"])
 def test_canary_on_builtin_in_enforce_mode_reads_no_other_users_canaries_and_refuses_every_escape(
-    tmp_path: Path,
+    tmp_path: Path, shared: bool
 ) -> None:
-    suite = small(tmp_path / "suite.jsonl")
+    # With the shared namespace granted to every user, its writes are accepted, and the access gate
+    # withholds from each reader what the other users put there (private to them by its tags).
+    suite = small(tmp_path / "suite.jsonl", *(["--shared-namespace"] if shared else []))
     episode = episode_of(suite)
     db = tmp_path / "trace.db"
     replay(suite, db, "e1", "--target", "builtin", "--gate", "enforce")
@@ -228,28 +224,17 @@ def test_canary_in_observe_mode_with_a_shared_namespace_counts_exactly_the_cross
     replay(suite, db, "o1", "--target", "builtin", "--gate", "observe")
     report = score(db, "o1")
     canary = report["canary"]
-    users = [p["id"] for p in episode["participants"]]
 
     expected = expected_shared_reads(episode)
     assert expected  # the suite shares canaries on purpose: the count is not vacuously zero
     got = {(p["reader"], p["owner"]): p["events"] for p in canary["episodes"][0]["pairs"]}
     attempts = escape_attempts(episode)
-    if ENFORCEMENT:  # escapes are refused whatever the gate: only the shared namespace lets canaries cross
-        assert {pair: len(ev.get("search", [])) for pair, ev in got.items()} == dict(expected)
-        assert canary["cross_reads"] == len(expected)
-        assert canary["by_channel"]["search"] == {"pairs": len(expected), "events": sum(expected.values())}
-        assert canary["by_channel"]["read"] == {"pairs": 0, "events": 0}
-        assert canary["escapes"] == {"attempted": attempts, "refused": attempts, "disclosed": 0}
-    else:  # no grants yet: every escape search and listing discloses the owner's canaries as well
-        pairs = len(users) * (len(users) - 1)
-        canaries = len(episode["metadata"]["canaries"][users[0]])
-        assert canary["cross_reads"] == pairs
-        assert canary["by_channel"]["search"] == {
-            "pairs": pairs,
-            "events": pairs * canaries + sum(expected.values()),
-        }
-        assert canary["by_channel"]["read"] == {"pairs": pairs, "events": pairs}
-        assert canary["escapes"] == {"attempted": attempts, "refused": 0, "disclosed": attempts}
+    # Escapes are refused whatever the gate: only the shared namespace lets canaries cross.
+    assert {pair: len(ev.get("search", [])) for pair, ev in got.items()} == dict(expected)
+    assert canary["cross_reads"] == len(expected)
+    assert canary["by_channel"]["search"] == {"pairs": len(expected), "events": sum(expected.values())}
+    assert canary["by_channel"]["read"] == canary["by_channel"]["chat"] == {"pairs": 0, "events": 0}
+    assert canary["escapes"] == {"attempted": attempts, "refused": attempts, "disclosed": 0}
     assert canary["writes"]["all_acknowledged"] is True
     assert canary["writes"]["recorded"] == writes_in(episode)
     # The exact events are listed, and each one is a retrieval acting for the reader.
@@ -324,14 +309,17 @@ def test_canary_through_the_wrapped_reference_server_shows_every_user_reading_ev
     db = tmp_path / "trace.db"
     replay(suite, db, "m1", "--target", f"mcp:{config}:memory")
     canary = score(db, "m1")["canary"]
-    # The reference server keeps one graph for every caller: a user's search of its own namespace finds
-    # the other users' canaries, and so does reading the graph.
+    # The proxy refuses every call that names another user's namespace (the escape searches and graph
+    # reads), but the reference server keeps one graph for every caller: a user's search of its own
+    # namespace finds the other users' canaries.
     assert (canary["cross_reads"], canary["pairs_total"]) == (6, 6)
-    assert canary["by_channel"]["search"]["pairs"] == 6 and canary["by_channel"]["read"]["pairs"] == 6
+    assert canary["by_channel"]["search"]["pairs"] == 6 and canary["by_channel"]["read"]["pairs"] == 0
+    attempts = escape_attempts(episode)
+    assert canary["escapes"] == {"attempted": attempts, "refused": attempts, "disclosed": 0}
     searched = pair_turns(canary, db, "search")
     for probe in episode["probes"]:
         meta = probe["metadata"]
-        if meta["via"] == "search" and meta["canary_owner"] != probe["requester"]:
+        if meta["target"] == "own" and meta["canary_owner"] != probe["requester"]:
             assert probe["probe_id"] in searched[(probe["requester"], meta["canary_owner"])]
     assert canary["writes"]["all_acknowledged"] is True and canary["writes"]["recorded"] == writes_in(episode)
 

@@ -48,20 +48,25 @@ def shared_namespace(episode: Episode, base: str) -> str | None:
     return f"{base}/{label}" if isinstance(label, str) and label else None
 
 
-def canary_principals(episodes: list[tuple[Episode, str]]) -> list[str]:
-    """The principals a run acts as: each canary user, and each other episode's own namespace."""
+def canary_principals(episodes: list[tuple[Episode, str]]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The principals a run acts as (each canary user, and each other episode's own namespace), and
+    the grants the canary suites ask for: every user of an episode with a shared namespace may read
+    and write it."""
     found: list[str] = []
+    shared: list[tuple[str, str]] = []
     for episode, base in episodes:
-        names = (
-            [a.principal for a in actors_of(episode, base).values()]
-            if episode.paradigm == "canary"
-            else [base]
-        )
+        canary = episode.paradigm == "canary"
+        names = [a.principal for a in actors_of(episode, base).values()] if canary else [base]
         for name in names:
-            if "," in name or "=" in name or not name.strip():
-                raise ReplayError(f"principal {name!r} cannot be given a key (no ',' or '=' in run names)")
+            if any(c in name for c in ",=*?[:") or not name.strip():
+                raise ReplayError(
+                    f"principal {name!r} cannot be given a key and grants (no , = * ? [ or : in run names)"
+                )
         found += names
-    return found
+        namespace = shared_namespace(episode, base) if canary else None
+        if namespace is not None:
+            shared += [(name, namespace) for name in names]
+    return found, shared
 
 
 def _turn_call(session_id: str, turn: Turn, content: str | None = None) -> TurnCall:

@@ -143,8 +143,9 @@ class CanaryActions(Protocol):
     own principal. A call the target refuses is an :class:`Outcome` with ``ok`` false (an MCP tool
     error, an HTTP 4xx); a target that cannot be reached raises."""
 
-    def set_principals(self, principals: list[str]) -> None:
-        """Before :meth:`Target.start`: every principal the run will act as (keys are made for them)."""
+    def set_principals(self, principals: list[str], shared: list[tuple[str, str]]) -> None:
+        """Before :meth:`Target.start`: every principal the run will act as (keys are made for them),
+        and the (principal, namespace) pairs deliberately granted read and write beyond its own."""
 
     async def open_actor(self, scope: EpisodeScope, actor: Actor) -> None: ...
 

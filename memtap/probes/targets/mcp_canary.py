@@ -41,11 +41,13 @@ class McpCanaryTarget(McpTarget):
         self._shared: dict[str, tuple[MemtapServer, int]] = {}  # episode base -> (proxy, actors open)
         self._entities: dict[str, set[str]] = {}  # episode base -> entities created
         self._base: dict[str, str] = {}  # actor principal -> episode base
+        self._grants: list[str] = []
 
-    def set_principals(self, principals: list[str]) -> None:
+    def set_principals(self, principals: list[str], shared: list[tuple[str, str]]) -> None:
         import secrets
 
         self._keys = {p: secrets.token_urlsafe(24) for p in principals}
+        self._grants = [a for p, ns in shared for a in ("--grant", f"{p}={ns}:read,write")]
 
     async def _proxy(self, scope: EpisodeScope) -> MemtapServer:
         found = self._shared.get(scope.namespace)
@@ -55,7 +57,10 @@ class McpCanaryTarget(McpTarget):
         config = self._episode_config(scope)
         env = {"MEMTAP_API_KEYS": ",".join(f"{k}={p}" for p, k in self._keys.items())} if self._keys else None
         server = MemtapServer(
-            self.db, extra=["--config", str(config), "--only", self.server_name], command="proxy", env=env
+            self.db,
+            extra=["--config", str(config), "--only", self.server_name, *self._grants],
+            command="proxy",
+            env=env,
         )
         self._servers.append(server)
         self._shared[scope.namespace] = (server, 1)

@@ -28,7 +28,7 @@ class OpenAICanaryTarget(OpenAITarget):
         super().__init__(spec, db)
         self._scopes: dict[str, EpisodeScope] = {}  # actor principal -> its episode attempt
 
-    def set_principals(self, principals: list[str]) -> None:
+    def set_principals(self, principals: list[str], shared: list[tuple[str, str]]) -> None:
         """Nothing to make: the endpoint's keys are its own (see the module docstring)."""
 
     async def open_actor(self, scope: EpisodeScope, actor: Actor) -> None:
