@@ -9,18 +9,19 @@ from memtap.probes.schema import Episode
 
 __all__ = ["CANARY_DEFAULTS", "KINDS", "generate", "generate_canary"]
 
-KINDS = ("paradigms", "permission", "abstention", "lifecycle", "canary")
+KINDS = ("paradigms", "permission", "abstention", "lifecycle")
+"""The generators of ``episodes`` episodes; ``canary`` (one episode of N users) is :func:`generate_canary`."""
 CANARY_DEFAULTS = {"users": 8, "writes": 2000, "updates": 200, "searches": 200, "canaries": 3}
 
 
 def generate(kind: str, *, seed: int, episodes: int) -> list[Episode]:
     """``episodes`` episodes of ``kind``; the same seed always gives the same suite."""
-    if kind not in KINDS:
-        raise ConfigError(f"unknown generator {kind!r}; choose one of: {', '.join(KINDS)}")
-    if episodes < 1:
-        raise ConfigError("--episodes must be at least 1")
     if kind == "canary":
         return generate_canary(seed)
+    if kind not in KINDS:
+        raise ConfigError(f"unknown generator {kind!r}; choose one of: {', '.join(KINDS)}, canary")
+    if episodes < 1:
+        raise ConfigError("--episodes must be at least 1")
     module = importlib.import_module(f"memtap.probes.generators.{kind}")
     return [Episode.model_validate(data) for data in module.generate(seed, episodes)]
 
