@@ -248,18 +248,25 @@ def test_canary_in_observe_mode_with_a_shared_namespace_counts_exactly_the_cross
     )
 
 
-def test_canary_keys_are_made_per_run_and_never_reach_the_trace(tmp_path: Path) -> None:
+def test_canary_keys_are_made_per_run_and_never_reach_the_trace_and_a_mixed_suite_authenticates(
+    tmp_path: Path,
+) -> None:
     import anyio
 
+    from memtap.probes.generators import generate
     from memtap.probes.readers import make_reader
     from memtap.probes.replay import ReplayPlan, replay_suite
     from memtap.probes.runs import RunStore
-    from memtap.probes.suitefile import load_suite
+    from memtap.probes.suitefile import load_suite, write_suite
     from memtap.probes.targets.builtin import BuiltinTarget
 
-    suite = load_suite(
-        gen(tmp_path / "suite.jsonl", "--users", "3", "--writes", "30", "--updates", "3", "--searches", "3")
+    canary = gen(
+        tmp_path / "canary.jsonl", "--users", "3", "--writes", "30", "--updates", "3", "--searches", "3"
     )
+    write_suite(
+        load_suite(canary).episodes + generate("permission", seed=2, episodes=1), tmp_path / "mixed.jsonl"
+    )
+    suite = load_suite(tmp_path / "mixed.jsonl")
     db = tmp_path / "trace.db"
     target = BuiltinTarget(db, gate="observe")
     store = RunStore(db)
@@ -272,12 +279,14 @@ def test_canary_keys_are_made_per_run_and_never_reach_the_trace(tmp_path: Path) 
         )
     finally:
         store.close()
-    assert summary["status"] == "completed" and summary["target"]["principals"] == "one key per user"
+    # Both episodes played: the permission episode's principal may act for the requesters it names.
+    assert (summary["status"], summary["episodes_done"], summary["episodes_failed"]) == ("completed", 2, 0)
+    assert summary["target"]["principals"] == "one key per user"
     keys = list(target._keys.values())
-    assert len(keys) == 3 and len(set(keys)) == 3
-    # Each user acted under its own principal (its key), on the namespace named like it.
+    assert len(keys) == 4 and len(set(keys)) == 4
+    # Each canary user acted under its own principal (its key), on the namespace named like it.
     principals = {p for (p,) in rows(db, "SELECT DISTINCT principal FROM events WHERE run_id = 'k1'")}
-    assert principals == {f"k1/canary/1/user{i:02d}" for i in range(3)}
+    assert principals == {f"k1/canary/1/user{i:02d}" for i in range(3)} | {"k1/perm-000/1"}
     stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("trace.db"))
     assert stored and not any(key.encode() in stored for key in keys)
 

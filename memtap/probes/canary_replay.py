@@ -31,7 +31,15 @@ import anyio
 from memtap.probes.errors import ReplayError
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Turn
-from memtap.probes.targets.base import Actor, CanaryActions, EpisodeScope, Outcome, TargetError, TurnCall
+from memtap.probes.targets.base import (
+    Actor,
+    CanaryActions,
+    EpisodeScope,
+    Outcome,
+    Principals,
+    TargetError,
+    TurnCall,
+)
 
 __all__ = ["LIST_LIMIT", "actors_of", "canary_principals", "play_canary", "shared_namespace"]
 
@@ -48,12 +56,11 @@ def shared_namespace(episode: Episode, base: str) -> str | None:
     return f"{base}/{label}" if isinstance(label, str) and label else None
 
 
-def canary_principals(episodes: list[tuple[Episode, str]]) -> tuple[list[str], list[tuple[str, str]]]:
-    """The principals a run acts as (each canary user, and each other episode's own namespace), and
-    the grants the canary suites ask for: every user of an episode with a shared namespace may read
-    and write it."""
-    found: list[str] = []
-    shared: list[tuple[str, str]] = []
+def canary_principals(episodes: list[tuple[Episode, str]]) -> Principals:
+    """Who a run acts as: each canary user, and each other episode's own namespace (which acts for
+    the requesters its probes name); every user of an episode with a shared namespace may read and
+    write it."""
+    found = Principals([])
     for episode, base in episodes:
         canary = episode.paradigm == "canary"
         names = [a.principal for a in actors_of(episode, base).values()] if canary else [base]
@@ -62,11 +69,13 @@ def canary_principals(episodes: list[tuple[Episode, str]]) -> tuple[list[str], l
                 raise ReplayError(
                     f"principal {name!r} cannot be given a key and grants (no , = * ? [ or : in run names)"
                 )
-        found += names
+        found.names.extend(names)
+        if not canary:
+            found.act_for_anyone.append(base)
         namespace = shared_namespace(episode, base) if canary else None
         if namespace is not None:
-            shared += [(name, namespace) for name in names]
-    return found, shared
+            found.shared.extend((name, namespace) for name in names)
+    return found
 
 
 def _turn_call(session_id: str, turn: Turn, content: str | None = None) -> TurnCall:

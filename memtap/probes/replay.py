@@ -328,7 +328,7 @@ def _set_principals(plan: ReplayPlan, target: Target) -> None:
             (e, episode_namespace(plan.run_id, e.episode_id, plan.attempts.get(e.episode_id, 0) + 1))
             for e in plan.episodes
         ]
-        target.set_principals(*canary_principals(bases))
+        target.set_principals(canary_principals(bases))
 
 
 def _trace_check(store: RunStore, run_id: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ __all__ = [
     "CanaryActions",
     "EpisodeScope",
     "Outcome",
+    "Principals",
     "ProbeCall",
     "ProbeResult",
     "Retrieved",
@@ -137,15 +138,31 @@ class Outcome:
     ms: float = 0.0
 
 
+@dataclass(frozen=True)
+class Principals:
+    """Who a run acts as, for a server the replay starts: ``names`` each get a key; ``shared`` are
+    (principal, namespace) pairs granted read and write (a canary's deliberately shared namespace);
+    ``act_for_anyone`` are the principals of ordinary episodes, whose probes name their requesters."""
+
+    names: list[str]
+    shared: list[tuple[str, str]] = field(default_factory=list)
+    act_for_anyone: list[str] = field(default_factory=list)
+
+    def serve_args(self) -> list[str]:
+        """``--grant`` and ``--act-for`` options of ``memtap serve`` and ``memtap proxy``."""
+        grants = [a for p, ns in self.shared for a in ("--grant", f"{p}={ns}:read,write")]
+        return grants + [a for p in self.act_for_anyone for a in ("--act-for", f"{p}=*")]
+
+
 @runtime_checkable
 class CanaryActions(Protocol):
     """What a target needs to play a canary episode: calls made by one user of many, each under its
     own principal. A call the target refuses is an :class:`Outcome` with ``ok`` false (an MCP tool
     error, an HTTP 4xx); a target that cannot be reached raises."""
 
-    def set_principals(self, principals: list[str], shared: list[tuple[str, str]]) -> None:
-        """Before :meth:`Target.start`: every principal the run will act as (keys are made for them),
-        and the (principal, namespace) pairs deliberately granted read and write beyond its own."""
+    def set_principals(self, principals: Principals) -> None:
+        """Before :meth:`Target.start`: every principal the run will act as (keys are made for them)
+        and the grants beyond their own namespaces that the suite asks for."""
 
     async def open_actor(self, scope: EpisodeScope, actor: Actor) -> None: ...
 

@@ -40,6 +40,7 @@ from memtap.probes.targets.base import (
     Actor,
     EpisodeScope,
     Outcome,
+    Principals,
     ProbeCall,
     ProbeResult,
     Retrieved,
@@ -75,11 +76,11 @@ class BuiltinTarget:
         self._keys: dict[str, str] = {}  # principal -> key; in memory only, for the server this run starts
         self._principals = False
 
-    def set_principals(self, principals: list[str], shared: list[tuple[str, str]]) -> None:
+    def set_principals(self, principals: Principals) -> None:
         self._principals = True
-        if self.url is None:  # a server of our own: one fresh key per principal, and the shared grants
-            self._keys = {p: secrets.token_urlsafe(24) for p in principals}
-            self.serve_args += tuple(a for p, ns in shared for a in ("--grant", f"{p}={ns}:read,write"))
+        if self.url is None:  # a server of our own: one fresh key per principal, and the grants
+            self._keys = {p: secrets.token_urlsafe(24) for p in principals.names}
+            self.serve_args += tuple(principals.serve_args())
 
     def _auth(self, principal: str) -> dict[str, str]:
         if principal in self._keys:

@@ -28,7 +28,15 @@ import anyio
 from memtap.adapters.graph_state import graph_from_result
 from memtap.adapters.memory_server import observation_id
 from memtap.probes.targets._server import MemtapServer
-from memtap.probes.targets.base import Actor, EpisodeScope, Outcome, Retrieved, TargetError, TurnCall
+from memtap.probes.targets.base import (
+    Actor,
+    EpisodeScope,
+    Outcome,
+    Principals,
+    Retrieved,
+    TargetError,
+    TurnCall,
+)
 from memtap.probes.targets.mcp import McpTarget, _Episode
 
 __all__ = ["McpCanaryTarget"]
@@ -43,11 +51,11 @@ class McpCanaryTarget(McpTarget):
         self._base: dict[str, str] = {}  # actor principal -> episode base
         self._grants: list[str] = []
 
-    def set_principals(self, principals: list[str], shared: list[tuple[str, str]]) -> None:
+    def set_principals(self, principals: Principals) -> None:
         import secrets
 
-        self._keys = {p: secrets.token_urlsafe(24) for p in principals}
-        self._grants = [a for p, ns in shared for a in ("--grant", f"{p}={ns}:read,write")]
+        self._keys = {p: secrets.token_urlsafe(24) for p in principals.names}
+        self._grants = principals.serve_args()
 
     async def _proxy(self, scope: EpisodeScope) -> MemtapServer:
         found = self._shared.get(scope.namespace)

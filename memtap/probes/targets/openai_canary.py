@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from memtap.probes.targets.base import Actor, EpisodeScope, Outcome, TargetError, TurnCall
+from memtap.probes.targets.base import Actor, EpisodeScope, Outcome, Principals, TargetError, TurnCall
 from memtap.probes.targets.openai import OpenAITarget, _name
 
 __all__ = ["OpenAICanaryTarget"]
@@ -28,7 +28,7 @@ class OpenAICanaryTarget(OpenAITarget):
         super().__init__(spec, db)
         self._scopes: dict[str, EpisodeScope] = {}  # actor principal -> its episode attempt
 
-    def set_principals(self, principals: list[str], shared: list[tuple[str, str]]) -> None:
+    def set_principals(self, principals: Principals) -> None:
         """Nothing to make: the endpoint's keys are its own (see the module docstring)."""
 
     async def open_actor(self, scope: EpisodeScope, actor: Actor) -> None:
