@@ -48,8 +48,9 @@ def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
     run, cov = report["run"], report["coverage"]
     title = (
         f"Score of run {run['id']} (target {run['target']}, reader {run['reader']}, matcher "
-        f"{report['matcher']}): {cov['episodes_scored']} of {cov['episodes_total']} episodes scored, "
-        f"{cov['probes_total']} probes; 95% intervals from {report['bootstrap']['resamples']} episode "
+        f"{report['matcher']}): {cov['episodes_scored']} of {cov['episodes_total']} episodes scored"
+        + (f" ({cov['episodes_canary']} canary)" if cov.get("episodes_canary") else "")
+        + f", {cov['probes_total']} probes; 95% intervals from {report['bootstrap']['resamples']} episode "
         "resamples"
     )
     parts = [f"# {title}" if markdown else title]
