@@ -148,6 +148,10 @@ async def test_grants_hold_over_mcp_the_chat_proxy_and_the_replay_clock(
 
     chat(ALICE, "alice", "I moved to Lyon [chunks 1]")
     chat(APP, "users/u2", "u2 prefers tea [chunks 1]")
+    # The requester defaults to the end user the app acts for, so enforce injects u2's own memory.
+    chat(APP, "users/u2", "what do I prefer? tea or coffee [chunks 1]")
+    injected = upstream.state.received[-1]["messages"][0]["content"]
+    assert "u2 prefers tea" in injected, upstream.state.received[-1]
     with pytest.raises(openai.PermissionDeniedError) as bob_as_alice:
         chat(BOB, "alice", "bob writes into alice's memory [chunks 1]")
     assert "may not act for requester 'alice'" in str(bob_as_alice.value)
@@ -206,7 +210,10 @@ async def test_grants_hold_over_mcp_the_chat_proxy_and_the_replay_clock(
     for item in items:
         by_namespace.setdefault(item.namespace, []).append(item.content or "")
     assert sorted(by_namespace["alice"]) == ["I moved to Lyon [chunks 1]", "alice's diagnosis: flu"]
-    assert by_namespace["users/u2"] == ["u2 prefers tea [chunks 1]"]
+    assert by_namespace["users/u2"] == [
+        "u2 prefers tea [chunks 1]",
+        "what do I prefer? tea or coffee [chunks 1]",
+    ]
     assert by_namespace["shared/team"] == ["team standup at ten"]
     assert all(i.valid_to is None for i in items if i.namespace == "alice")
     [alice_item] = [i for i in items if i.item_id == a1]
