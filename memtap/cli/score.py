@@ -109,15 +109,15 @@ def score(
     finally:
         database.conn.close()
     report = scored.report
-    click.echo(f"memtap: {report['answer_scorer']['note']}", err=True)
     if as_json:
-        click.echo(json.dumps(report))
+        click.echo(json.dumps(report))  # the score file says which answer scorer it used, and why
     else:
         if not no_store:
             click.echo(
                 f"score stored in {resolve_db(db)} (tables scores and alignments, run_id = '{run}')", err=True
             )
         click.echo(render_score(report, markdown=markdown))
+        click.echo(f"memtap: {report['answer_scorer']['note']}", err=True)
     for warning in report["warnings"]:
         click.echo(f"memtap: warning: {warning}", err=True)
     if strict and report["warnings"]:

@@ -1,0 +1,119 @@
+"""``memtap score --answer-scorer``: the shared MemProbe sample (8 episodes, 32 probes) imported,
+replayed on builtin with the extractive reader (which answers in MemProbe's JSON keys for a
+MemProbe suite), and scored with ``memprobe`` and with ``strict``, to exact values; the default
+follows the suite's origin; bad scorer names are one clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from click.testing import CliRunner, Result
+from conftest import SHARED_DATA
+
+from memtap.cli.main import cli
+
+SAMPLE = SHARED_DATA / "memprobe" / "suite56-sample.jsonl"
+SCHEMA = Path(__file__).resolve().parent.parent / "memtap" / "scoring" / "memtap-score-1.schema.json"
+SHORT = {"correct": "C", "partial": "P", "incorrect": "I", "skip": "S"}
+
+
+def run_cli(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not SAMPLE.exists():
+        pytest.skip(f"the MemProbe sample is not at {SAMPLE} (../shared is absent)")
+    tmp = tmp_path_factory.mktemp("memprobe")
+    suite, db = tmp / "suite.jsonl", tmp / "trace.db"
+    assert run_cli("suite", "import", "memprobe", str(SAMPLE), "-o", str(suite)).exit_code == 0
+    replay = run_cli("replay", str(suite), "--target", "builtin", "--db", str(db), "--run", "mp",
+                     "--reader", "extractive", "--json")  # fmt: skip
+    assert replay.exit_code == 0, replay.output
+    return db
+
+
+def score(db: Path, *extra: str) -> dict[str, Any]:
+    result = run_cli("score", "mp", "--db", str(db), "--json", "--no-store", *extra)
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(report)
+    return report
+
+
+def outcomes(report: dict[str, Any]) -> str:
+    return "".join(SHORT[p["outcome"]] for e in report["episodes"]["probes"] for p in e["probes"])
+
+
+def test_memprobe_scorer_on_the_replayed_sample_gives_exact_labels(sample_run: Path) -> None:
+    report = score(sample_run, "--answer-scorer", "memprobe")
+    assert report["answer_scorer"] == {
+        "name": "memprobe",
+        "version": "1",
+        "reference": "jq-ding/MemProbe@4ef09390 src/eval/protocol.py score_answer",
+        "chosen_by": "option",
+        "note": "answer scorer memprobe 1 (--answer-scorer)",
+    }
+    # Episodes in suite order (01A, 01B, 02A, 02B, 03A, 03C, 20B, 20D), four probes each. The two
+    # temporal probes without structured gold (01A, 03A) are partial by MemProbe's legacy rule: the
+    # extractive answer names a change but not the user as its agent.
+    assert outcomes(report) == "CICPIIIIICICCICCICCPCIIIICCICIII"
+    assert report["measures"]["answer_accuracy"] == {"value": 0.4062, "ci": [0.25, 0.5312], "n": 32}
+    by_type = {k: (v["value"], v["n"]) for k, v in report["breakdowns"]["accuracy_by_probe_type"].items()}
+    assert by_type == {
+        "change_detection": (0.625, 8),
+        "conflict_value": (0.0, 4),
+        "current_value": (0.5, 8),
+        "previous_value": (0.75, 4),
+        "source": (0.2, 5),
+        "temporal": (0.0, 3),
+    }
+    assert (report["measures"]["plasticity"]["value"], report["measures"]["stability"]["value"]) == (
+        0.5,
+        0.3125,
+    )
+
+
+def test_strict_scorer_on_the_same_run_gives_its_own_exact_labels(sample_run: Path) -> None:
+    report = score(sample_run, "--answer-scorer", "strict")
+    assert (report["answer_scorer"]["name"], report["answer_scorer"]["chosen_by"]) == ("strict", "option")
+    # strict demands the trigger: both legacy temporal probes are incorrect, not partial.
+    assert outcomes(report) == "CICIIIIIICICCICCICCICIIIICCICIII"
+    assert report["measures"]["answer_accuracy"] == {"value": 0.4062, "ci": [0.25, 0.5312], "n": 32}
+    assert report["measures"]["temporal_fidelity"]["value"] == 0.0
+
+
+def test_an_imported_suite_is_scored_by_its_benchmarks_scorer_by_default_and_says_so(
+    sample_run: Path,
+) -> None:
+    report = score(sample_run)
+    assert report["answer_scorer"]["name"] == "memprobe"
+    assert report["answer_scorer"]["chosen_by"] == "origin"
+    assert report["answer_scorer"]["note"] == "answer scorer memprobe 1 (the suite's origin, memprobe)"
+    table = run_cli("score", "mp", "--db", str(sample_run), "--no-store")
+    assert "memtap: answer scorer memprobe 1 (the suite's origin, memprobe)" in table.output
+
+
+def test_a_scorer_that_does_not_know_a_probe_type_skips_it_and_says_which(sample_run: Path) -> None:
+    report = score(sample_run, "--answer-scorer", "locomo")
+    skipped = [p for e in report["episodes"]["probes"] for p in e["probes"] if p["outcome"] == "skip"]
+    assert len(skipped) == 32
+    assert "answer scorer locomo does not score probe type temporal: 3 probe(s) skipped" in report["warnings"]
+    assert report["coverage"]["probes_without_gold"] == 32
+
+
+def test_unknown_answer_scorer_and_a_judge_without_a_model_are_one_clear_error(sample_run: Path) -> None:
+    for name, says in (
+        (
+            "ragas",
+            "--answer-scorer 'ragas': use one of strict, memprobe, locomo, memarena, longmemeval:MODEL",
+        ),
+        ("longmemeval", "name its model: --answer-scorer longmemeval:MODEL --config FILE"),
+    ):
+        result = CliRunner().invoke(cli, ["score", "mp", "--db", str(sample_run), "--answer-scorer", name])
+        assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output
