@@ -6,6 +6,7 @@ follows the suite's origin; bad scorer names are one clear error."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,10 @@ from click.testing import CliRunner, Result
 from conftest import SHARED_DATA
 
 from memtap.cli.main import cli
+from memtap.probes.dialects import MEMPROBE_SHAPES, in_dialect
+from memtap.probes.readers import reader_prompt
+from memtap.probes.schema import Probe
+from memtap.probes.targets.base import ProbeResult
 
 SAMPLE = SHARED_DATA / "memprobe" / "suite56-sample.jsonl"
 SCHEMA = Path(__file__).resolve().parent.parent / "memtap" / "scoring" / "memtap-score-1.schema.json"
@@ -117,3 +122,45 @@ def test_unknown_answer_scorer_and_a_judge_without_a_model_are_one_clear_error(s
     ):
         result = CliRunner().invoke(cli, ["score", "mp", "--db", str(sample_run), "--answer-scorer", name])
         assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output
+
+
+def test_the_extractive_reader_answered_the_memprobe_suite_in_memprobes_json_keys(sample_run: Path) -> None:
+    with sqlite3.connect(sample_run) as conn:
+        stored = conn.execute("SELECT probe_type, answer FROM run_probes WHERE run_id = 'mp'").fetchall()
+    keys = {kind: set(json.loads(answer)) for kind, answer in stored}
+    assert keys["conflict_value"] == {
+        "conflict_value_mentioned", "conflict_value", "source", "source_class", "status", "status_class",
+        "applies_to_target", "current_value", "reason",
+    }  # fmt: skip
+    assert keys["source"] == {
+        "source_description",
+        "source_class",
+        "action",
+        "accepted",
+        "current_value",
+        "reason",
+    }
+    assert keys["temporal"] == {"changed", "trigger", "old_value", "new_value", "timing", "reason"}
+    assert keys["change_detection"] == {"changed", "current_value", "previous_value", "reason"}
+    assert keys["current_value"] == {"answer", "reason"}
+
+
+def test_the_llm_reader_is_asked_for_the_dialects_shape() -> None:
+    probe = Probe.model_validate(
+        {
+            "probe_id": "p",
+            "type": "conflict_value",
+            "question": "Was X mentioned?",
+            "time": "2026-01-01T00:00:00Z",
+        }
+    )
+    result = ProbeResult(retrieved=[], retrieve_ms=0.0)
+    assert MEMPROBE_SHAPES["conflict_value"] in reader_prompt(probe, "u", result, "memprobe")
+    assert '"conflict": {"value"' in reader_prompt(probe, "u", result)
+    # LoCoMo, MemArena and LongMemEval read text: a withheld or abstaining answer is written in their words
+    assert in_dialect("permission", {"action": "withhold", "answer": None}, "memarena") == {
+        "action": "withhold", "answer": "I cannot share that.",
+    }  # fmt: skip
+    assert in_dialect("abstention", {"action": "abstain", "answer": None}, "locomo")["answer"] == (
+        "No information available."
+    )

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from memtap.probes.readers import parse_reply as reader_parse
 from memtap.probes.schema import Episode
-from memtap.scoring.scorers import make_scorer
+from memtap.scoring.scorers import make_scorer, raw_reply
 from memtap.scoring.scorers.memprobe import latent_spec
 from memtap.scoring.scorers.memprobe_rules import (
     CHANGE_WORDS_LEGACY,
@@ -51,7 +52,9 @@ def test_every_published_label_is_reproduced() -> None:
     agree: Counter[str] = Counter()
     total: Counter[str] = Counter()
     for case in PUBLISHED["probes"]:
-        found = judge(case["predicted"], case["gold"], case["type"], PUBLISHED["specs"][case["episode"]])
+        # the prediction as memtap's LLM reader stores it: parsed, with the reply kept as written
+        stored = {**reader_parse(case["predicted"]), "raw_reply": case["predicted"]}
+        found = judge(raw_reply(stored), case["gold"], case["type"], PUBLISHED["specs"][case["episode"]])
         total[case["type"]] += 1
         agree[case["type"]] += found.match == case["match"]
         assert found.match == case["match"], (case["episode"], case["type"], case["system"], found.reason)

@@ -15,7 +15,8 @@
   the requester, the retrieved memories (rank, id, who said it, access tags) and the JSON
   shape to answer in; its reply is parsed as that JSON object (the first ``{...}`` in it, so a
   fenced reply works). A reply that is not JSON is kept as ``{"answer": REPLY, "unparsed":
-  true}`` rather than guessed at. A model that cannot be reached fails the episode.
+  true}`` rather than guessed at. The reply itself is kept too, as ``raw_reply``. A model that
+  cannot be reached fails the episode.
 
 A reader answers in the field names of the episode's benchmark when its published scorer reads
 others (``dialects.py``: MemProbe's JSON keys per probe type, free text for LoCoMo, MemArena and
@@ -274,7 +275,10 @@ class LLMReader:
     def answer(
         self, probe: Probe, requester: str, result: ProbeResult, dialect: str = "memtap"
     ) -> dict[str, Any] | None:
-        return parse_reply(self.chat(reader_prompt(probe, requester, result, dialect)))
+        reply = self.chat(reader_prompt(probe, requester, result, dialect))
+        # The reply as the model wrote it is kept: a published scorer reads the raw reply (MemProbe's
+        # parses it itself, and some of its rules read the text around the JSON).
+        return {**parse_reply(reply), "raw_reply": reply}
 
 
 def make_reader(spec: str, config: Path | None = None) -> Reader:

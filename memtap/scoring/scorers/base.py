@@ -27,13 +27,16 @@ class AnswerScorer(Protocol):
 
 
 def raw_reply(answer: dict[str, Any] | None) -> str:
-    """The reply as a published scorer received its reader's: the reader's JSON object as text,
-    the model's own words when its reply was not JSON (``unparsed``), else an agent's reply."""
+    """The reply as a published scorer received its reader's: an LLM reader's reply as the model
+    wrote it (``raw_reply``); else the reader's JSON object as text, the model's own words when its
+    reply was not JSON (``unparsed``), or an agent's reply."""
     if not answer:
         return ""
+    if isinstance(answer.get("raw_reply"), str):
+        return str(answer["raw_reply"])
     if answer.get("unparsed"):
         return str(answer.get("answer") or "")
-    structured = {k: v for k, v in answer.items() if k != "reply"}
+    structured = {k: v for k, v in answer.items() if k not in ("reply", "raw_reply")}
     if structured:
         return json.dumps(structured, ensure_ascii=False)
     return str(answer.get("reply") or "")
