@@ -17,9 +17,11 @@ from conftest import SHARED_DATA
 
 from memtap.cli.main import cli
 from memtap.probes.dialects import MEMPROBE_SHAPES, in_dialect
-from memtap.probes.readers import reader_prompt
+from memtap.probes.importers import import_file
+from memtap.probes.readers import parse_reply, reader_prompt
 from memtap.probes.schema import Probe
 from memtap.probes.targets.base import ProbeResult
+from memtap.scoring.scorers import make_scorer
 
 SAMPLE = SHARED_DATA / "memprobe" / "suite56-sample.jsonl"
 SCHEMA = Path(__file__).resolve().parent.parent / "memtap" / "scoring" / "memtap-score-1.schema.json"
@@ -164,3 +166,23 @@ def test_the_llm_reader_is_asked_for_the_dialects_shape() -> None:
     assert in_dialect("abstention", {"action": "abstain", "answer": None}, "locomo")["answer"] == (
         "No information available."
     )
+
+
+def test_published_labels_of_the_sample_are_reproduced_through_memtaps_own_import() -> None:
+    """The 25 published probes of tests/data/memprobe_published_labels.json that belong to the
+    shared sample, scored against the episodes memtap's importer wrote (the latent spec it keeps),
+    with each prediction stored as the LLM reader stores a reply."""
+    if not SAMPLE.exists():
+        pytest.skip(f"the MemProbe sample is not at {SAMPLE} (../shared is absent)")
+    published = json.loads((Path(__file__).parent / "data" / "memprobe_published_labels.json").read_text())
+    episodes = {e.episode_id: e for e in import_file("memprobe", SAMPLE).episodes}
+    scorer, checked = make_scorer("memprobe"), 0
+    for case in published["probes"]:
+        episode = episodes.get(case["episode"])
+        if episode is None:
+            continue
+        probe = next(p for p in episode.probes if p.type == case["type"])
+        stored = {**parse_reply(case["predicted"]), "raw_reply": case["predicted"]}
+        assert scorer.score(episode, probe, stored).outcome == case["match"], (case["episode"], case["type"])
+        checked += 1
+    assert checked == 25
