@@ -186,3 +186,38 @@ def test_published_labels_of_the_sample_are_reproduced_through_memtaps_own_impor
         assert scorer.score(episode, probe, stored).outcome == case["match"], (case["episode"], case["type"])
         checked += 1
     assert checked == 25
+
+
+# MemProbe's always_preserve baseline (protocol.py run_always_preserve) on the sample, with the labels
+# its report publishes (results/suite56/reports/baselines_report_gpt54_v2.json, key always_preserve);
+# PILOT-01A is left out: its published entry was not read.
+PRESERVE_LABELS = {
+    "PILOT-01B": "CICC", "PILOT-02A": "IICI", "PILOT-02B": "CICC", "PILOT-03A": "IIII",
+    "PILOT-03C": "CICC", "PILOT-20B": "IIII", "PILOT-20D": "CICC",
+}  # fmt: skip
+
+
+def _always_preserve(kind: str, initial: str) -> str:
+    return {
+        "current_value": initial,
+        "change_detection": "No, the value has not changed",
+        "previous_value": "None",
+        "source": f"The value is {initial}, as originally stated by the user",
+        "conflict_value": "No conflicting values were introduced",
+        "temporal": f"The value has always been {initial}",
+    }[kind]
+
+
+def test_memprobes_always_preserve_baseline_gets_its_published_labels() -> None:
+    if not SAMPLE.exists():
+        pytest.skip(f"the MemProbe sample is not at {SAMPLE} (../shared is absent)")
+    scorer = make_scorer("memprobe")
+    for episode in import_file("memprobe", SAMPLE).episodes:
+        if episode.episode_id not in PRESERVE_LABELS:
+            continue
+        initial = episode.metadata["memprobe"]["canonical_initial"]
+        labels = "".join(
+            SHORT[scorer.score(episode, p, {"reply": _always_preserve(p.type, initial)}).outcome]
+            for p in episode.probes
+        )
+        assert labels == PRESERVE_LABELS[episode.episode_id], episode.episode_id
