@@ -221,3 +221,13 @@ def test_memprobes_always_preserve_baseline_gets_its_published_labels() -> None:
             for p in episode.probes
         )
         assert labels == PRESERVE_LABELS[episode.episode_id], episode.episode_id
+
+
+def test_compare_warns_when_the_runs_were_scored_by_different_answer_scorers(sample_run: Path) -> None:
+    from memtap.scoring.compare import compare_scores
+
+    result = compare_scores(
+        score(sample_run, "--answer-scorer", "memprobe"), score(sample_run, "--answer-scorer", "strict")
+    )
+    assert any("different answer scorers (memprobe for A, strict for B)" in w for w in result["warnings"])
+    assert result["measures"]["answer_accuracy"]["difference"]["value"] == 0.0
