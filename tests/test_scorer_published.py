@@ -251,3 +251,30 @@ def test_default_scorer_follows_the_suites_origin_and_falls_back_to_strict_sayin
     )
     with pytest.raises(ConfigError, match="pass --config FILE"):
         make_scorer("longmemeval:judge", None)
+
+
+def test_bad_answers_get_a_verdict_never_an_exception() -> None:
+    ep = episode("memprobe")
+    value = probe("current_value", answer="CrossFit Central")
+    for name in ("strict", "memprobe", "locomo", "memarena"):
+        scorer = make_scorer(name)
+        kind_known = scorer.types is None or value.type in scorer.types
+        for answer in (
+            {"answer": "CrossFit Central", "bogus": {"x": [1]}},
+            {"answer": ""},
+            {},
+            {"reply": "{not json"},
+        ):
+            verdict = scorer.score(ep, value, answer) if kind_known else None
+            assert verdict is None or verdict.outcome in ("correct", "incorrect", "partial", "skip")
+    # unknown keys are ignored; a reply that is not JSON where JSON is expected is read as text
+    assert (
+        make_scorer("memprobe").score(ep, value, {"answer": "CrossFit Central", "bogus": 1}).outcome
+        == "correct"
+    )
+    assert (
+        make_scorer("strict").score(ep, value, {"answer": "CrossFit Central", "bogus": 1}).outcome
+        == "correct"
+    )
+    assert make_scorer("memprobe").score(ep, value, {"reply": "{Now CrossFit Central"}).outcome == "correct"
+    assert make_scorer("memprobe").score(ep, value, {"answer": ""}).outcome == "incorrect"
