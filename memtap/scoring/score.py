@@ -54,11 +54,13 @@ def _unanswered(record_status: str | None, answer: Any) -> Verdict | None:
 
 
 def _verdict(scorer: AnswerScorer, trace: Any, record: Any, unscored: Counter[str]) -> Verdict:
+    """A probe of a type the scorer does not know is skipped (answered or not); else an unanswered
+    probe is incorrect; else the scorer's verdict."""
     probe = record.probe
     if scorer.types is not None and probe.type not in scorer.types:
         unscored[probe.type] += 1
         return Verdict("skip", f"answer scorer {scorer.name} does not score probe type {probe.type}")
-    return scorer.score(trace.episode, probe, record.answer)
+    return _unanswered(record.status, record.answer) or scorer.score(trace.episode, probe, record.answer)
 
 
 def _episode(
@@ -82,7 +84,7 @@ def _episode(
             "leaks": [f"{item}: {why}" for item, why in found.leaked_items],
         }
         if answered:
-            verdict = _unanswered(record.status, record.answer) or _verdict(scorer, trace, record, unscored)
+            verdict = _verdict(scorer, trace, record, unscored)
             if verdict.reason.startswith("unanswered"):
                 counts["answer.unanswered"] += 1
             tally_answer(trace.episode, record, verdict, counts)
