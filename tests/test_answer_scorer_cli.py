@@ -169,7 +169,7 @@ def test_the_llm_reader_is_asked_for_the_dialects_shape() -> None:
 
 
 def test_published_labels_of_the_sample_are_reproduced_through_memtaps_own_import() -> None:
-    """The 25 published probes of tests/data/memprobe_published_labels.json that belong to the
+    """The 32 published probes of tests/data/memprobe_published_labels.json that belong to the
     shared sample, scored against the episodes memtap's importer wrote (the latent spec it keeps),
     with each prediction stored as the LLM reader stores a reply."""
     if not SAMPLE.exists():
@@ -185,7 +185,7 @@ def test_published_labels_of_the_sample_are_reproduced_through_memtaps_own_impor
         stored = {**parse_reply(case["predicted"]), "raw_reply": case["predicted"]}
         assert scorer.score(episode, probe, stored).outcome == case["match"], (case["episode"], case["type"])
         checked += 1
-    assert checked == 25
+    assert checked == 32
 
 
 # MemProbe's always_preserve baseline (protocol.py run_always_preserve) on the sample, with the labels
