@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from memtap import __version__
 from memtap.proxy.mcp_server import build_mcp_server
@@ -132,4 +132,13 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         app.router.routes.append(
             Route("/servers/{name}/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
         )
+    from memtap.ui import create_ui_app  # the read-only dashboard, behind the same gate and grants
+
+    dashboard = create_ui_app(
+        settings.db,
+        policy=settings.policy,
+        authentication=authentication,
+        upstreams=runtime.upstreams.status if runtime.upstreams is not None else None,
+    )
+    app.router.routes.append(Mount("/ui", app=dashboard))
     return app

@@ -264,3 +264,13 @@ def m012_add_run_episode_counts(db: Database) -> None:
     and refused, searches, probes, escape attempts refused, ...), which the isolation canary's
     score checks against the recorded events. (Numbered 012: 007 to 011 are other branches'.)"""
     db.execute("ALTER TABLE run_episodes ADD COLUMN counts TEXT")
+
+
+@MIGRATIONS()
+def m019_create_ui_indexes(db: Database) -> None:
+    """Indexes for the dashboard's keyset pages: the newest events of one op, namespace,
+    session, principal, upstream, run or status, newest first, and one namespace's items by id.
+    (Numbered 019: the numbers between are other branches'.)"""
+    for column in ("op", "namespace", "session", "principal", "upstream", "run_id", "status"):
+        db.execute(f"CREATE INDEX IF NOT EXISTS events_{column}_id ON events({column}, id)")
+    db.execute("CREATE INDEX IF NOT EXISTS items_namespace_id ON items(namespace, item_id)")
