@@ -88,7 +88,13 @@ def create_ui_app(
         caller = caller_of(request)
         if not caller.restricted:
             return lambda _: True
-        return lambda row: bool(row.get("namespace")) and policy.allows(caller, row["namespace"], Right.READ)
+
+        def visible(row: Row) -> bool:  # its own calls (refused ones too), and what it may read
+            if row.get("principal") == caller.principal and "tool" in row:
+                return True
+            return bool(row.get("namespace")) and policy.allows(caller, row["namespace"], Right.READ)
+
+        return visible
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         def url(route: str, **params: Any) -> str:
