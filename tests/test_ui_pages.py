@@ -3,6 +3,7 @@ and served alone over real trace files (empty, old, hostile content)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -171,3 +172,24 @@ def test_report_of_an_unscored_run_says_how_to_score_it(tmp_path: Path) -> None:
     assert "run 'half' has no score yet: run `memtap score half" in result.output
     page = TestClient(create_ui_app(path)).get("/runs/half")
     assert "This run has no score yet" in page.text and "interrupted" in page.text
+
+
+def test_datasette_metadata_describes_real_columns_and_its_queries_run(tmp_path: Path) -> None:
+    path = _blank(tmp_path / "trace.db")
+    from memtap.adapters.builtin import BuiltinBackend
+
+    BuiltinBackend(path).conn.close()  # its tables too
+    out = tmp_path / "metadata.json"
+    result = CliRunner().invoke(cli, ["datasette-metadata", "--db", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    meta = json.loads(out.read_text())
+    database = meta["databases"]["trace"]
+    with sqlite3.connect(path) as conn:
+        for table, spec in database["tables"].items():
+            columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            assert columns, f"metadata names table {table}, which does not exist"
+            assert set(spec.get("columns", {})) <= columns, table
+            assert set(spec.get("facets", [])) <= columns, table
+        for name, query in database["queries"].items():
+            params = {p: "x" for p in ("item_id", "session", "run_id") if f":{p}" in query["sql"]}
+            assert conn.execute(query["sql"], params).fetchall() == [], name

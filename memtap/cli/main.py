@@ -59,6 +59,7 @@ def _register() -> None:
     cli.add_command(score.compare)
     cli.add_command(ui.ui)
     cli.add_command(ui.report)
+    cli.add_command(ui.datasette_metadata_command)
 
 
 _register()

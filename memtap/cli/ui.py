@@ -92,3 +92,23 @@ def report(run_id: str, db: Path | None, output: Path) -> None:
     store.close()
     output.write_text(render_report(path, run_id), encoding="utf-8")
     click.echo(f"wrote {output}", err=True)
+
+
+@click.command("datasette-metadata")
+@db_option
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default stdout)."
+)
+def datasette_metadata_command(db: Path | None, output: Path | None) -> None:
+    """Print Datasette metadata for the trace file: tables and columns described, JSON columns
+    named, facets and canned queries. Use it with `datasette DB -m metadata.json`."""
+    import json
+
+    from memtap.cli.options import resolve_db
+    from memtap.ui.datasette import datasette_metadata
+
+    text = json.dumps(datasette_metadata(resolve_db(db).stem), indent=2) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
