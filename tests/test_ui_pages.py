@@ -41,7 +41,7 @@ def test_an_empty_database_shows_every_page_with_an_empty_message(tmp_path: Path
         response = client.get(url)
         assert response.status_code == 200, url
         assert says in response.text, url
-    assert client.get("/api/events").json() == {"events": []}
+    assert client.get("/api/events").json() == {"events": [], "cursor": ""}
 
 
 def test_unknown_ids_get_a_404_page_that_names_them(tmp_path: Path) -> None:
@@ -193,3 +193,28 @@ def test_datasette_metadata_describes_real_columns_and_its_queries_run(tmp_path:
         for name, query in database["queries"].items():
             params = {p: "x" for p in ("item_id", "session", "run_id") if f":{p}" in query["sql"]}
             assert conn.execute(query["sql"], params).fetchall() == [], name
+
+
+def _insert_events(path: Path, count: int, start: int = 0) -> list[str]:
+    ids = [f"01EVENT{n:019d}" for n in range(start, start + count)]
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO events (id, started_at, ended_at, front_door, backend, tool, op, status, namespace, "
+            "context, arguments) VALUES (?, 't', 't', 'mcp-http', 'builtin', 'memory_add', 'write', 'ok', 'ns', "
+            "'{}', '{}')",
+            [(i,) for i in ids],
+        )
+    return ids
+
+
+def test_live_api_returns_a_burst_in_order_without_skipping(tmp_path: Path) -> None:
+    path = _blank(tmp_path / "t.db")
+    first = _insert_events(path, 1)[0]
+    burst = _insert_events(path, 620, start=1)
+    client = TestClient(create_ui_app(path))
+    one = client.get("/api/events", params={"after": first, "op": "write"}).json()
+    two = client.get("/api/events", params={"after": one["cursor"], "op": "write"}).json()
+    three = client.get("/api/events", params={"after": two["cursor"], "op": "write"}).json()
+    seen = [e["id"] for e in reversed(one["events"])] + [e["id"] for e in reversed(two["events"])]
+    assert len(one["events"]) == 500 and seen == burst
+    assert three == {"events": [], "cursor": burst[-1]}

@@ -29,7 +29,7 @@ from memtap.auth.grants import Policy, Right
 from memtap.scoring.compare import compare_scores
 from memtap.scoring.errors import ScoringError
 from memtap.ui.charts import compare_charts, headline_rows, score_charts
-from memtap.ui.queries import EVENT_FILTERS, Reader, Row, loads
+from memtap.ui.queries import EVENT_FILTERS, LIVE_BATCH, Reader, Row, loads
 
 __all__ = ["HERE", "create_ui_app", "environment", "word_diff"]
 
@@ -120,8 +120,9 @@ def create_ui_app(
         return page(request, "events.html", events=rows, next=nxt, filters=filters, names=EVENT_FILTERS)
 
     def api_events(request: Request) -> Response:
-        rows, _ = reader.events(
-            filters_of(request), after=request.query_params.get("after"), visible=readable(request)
+        after = request.query_params.get("after") or ""
+        rows, cursor = reader.events(
+            filters_of(request), after=after, visible=readable(request), limit=LIVE_BATCH
         )
         out = [
             {
@@ -141,7 +142,7 @@ def create_ui_app(
             }
             for row in rows
         ]
-        return JSONResponse({"events": out})
+        return JSONResponse({"events": out, "cursor": cursor or after})
 
     def event(request: Request) -> Response:
         found = reader.event(request.path_params["event_id"])

@@ -13,9 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EVENT_FILTERS", "PAGE", "Reader", "event_summary", "loads"]
+__all__ = ["EVENT_FILTERS", "LIVE_BATCH", "PAGE", "Reader", "event_summary", "loads"]
 
 PAGE = 50
+LIVE_BATCH = 500  # the most events one poll of the live view returns; it polls again at once when full
 EVENT_FILTERS = ("op", "namespace", "session", "principal", "upstream", "run_id", "status")
 DENIAL_SQL = (
     "(status = 'error' AND (error LIKE '%may not %' OR error LIKE '%contradicts%')) "
@@ -109,9 +110,8 @@ class Reader:
                 params.append(filters[name])
         if where:
             clauses.append(f"({where})")
-        if after:
-            clauses.append("id > ?")
-            params.append(after)
+        if after is not None:
+            return self._newer(clauses, params, after, visible, limit)
         found: list[Row] = []
         cursor = before
         for _ in range(20):  # a restricted caller's page may need a few chunks; bounded
@@ -129,6 +129,17 @@ class Reader:
             if len(chunk) <= limit:
                 return self._with_effects(found), None
         return self._with_effects(found), cursor
+
+    def _newer(
+        self, clauses: list[str], params: list[Any], after: str, visible: Callable[[Row], bool], limit: int
+    ) -> tuple[list[Row], str | None]:
+        """Events newer than ``after``, the oldest ``limit`` of them (so a burst is not skipped),
+        newest first; the cursor is the newest id scanned."""
+        sql = "SELECT * FROM events WHERE " + " AND ".join([*clauses, "id > ?"]) + " ORDER BY id LIMIT ?"
+        chunk = self._all(sql, [*params, after, limit])
+        found = [row for row in chunk if visible(row)]
+        found.reverse()
+        return self._with_effects(found), chunk[-1]["id"] if chunk else None
 
     def _with_effects(self, events: list[Row]) -> list[Row]:
         if not events:

@@ -6,6 +6,9 @@
   if (!table || table.dataset.live !== "1") return;
   const body = table.tBodies[0];
   let newest = table.dataset.newest || "";
+  let full = false;
+  const BATCH = 500; // the server's LIVE_BATCH
+  const KEEP = 1000; // rows kept on the page
   const filters = new URLSearchParams(window.location.search);
   filters.delete("before");
 
@@ -48,10 +51,12 @@
         const data = await response.json();
         const events = data.events.slice().reverse(); // oldest first, so the newest ends on top
         for (const e of events) add(e);
-        if (data.events.length) newest = data.events[0].id;
+        newest = data.cursor || newest;
+        while (body.rows.length > KEEP) body.deleteRow(-1);
+        full = data.events.length >= BATCH;
       }
     } finally {
-      window.setTimeout(poll, 1000);
+      window.setTimeout(poll, full ? 0 : 1000); // a full batch: more are waiting, fetch them now
     }
   }
   window.setTimeout(poll, 1000);
