@@ -71,6 +71,7 @@ bench: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/search_scaling.py
 	$(BIN)/python benchmarks/replay_throughput.py
 	$(BIN)/python benchmarks/openai_overhead.py
+	$(BIN)/python benchmarks/ui_pages.py
 
 clean:
 	rm -rf $(VENV) node_modules .demo .pytest_cache .mypy_cache .ruff_cache

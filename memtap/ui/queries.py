@@ -196,7 +196,8 @@ class Reader:
 
     def namespaces(self, *, after: str | None) -> tuple[list[Row], str | None]:
         sql = (
-            "SELECT namespace, count(*) AS items, sum(valid_to IS NULL) AS current FROM items "
+            "SELECT namespace, count(*) AS items, sum(valid_to IS NULL) AS current "
+            "FROM items INDEXED BY items_namespace "  # covering: no row lookups
             "WHERE namespace IS NOT NULL" + (" AND namespace > ?" if after else "")
         )
         sql += " GROUP BY namespace ORDER BY namespace LIMIT ?"
