@@ -23,6 +23,7 @@ import click
 from memtap.cli.options import (
     db_option,
     json_option,
+    limit_options,
     loop_options,
     parse_host_port,
     resolve_db,
@@ -32,6 +33,7 @@ from memtap.errors import ConfigError, MemtapError
 
 if TYPE_CHECKING:
     from memtap.config import ConfigFile
+    from memtap.limits import Limits
 
 __all__ = ["init_config", "proxy"]
 
@@ -146,6 +148,7 @@ class _ProxyGroup(click.Group):
 @click.option("--durable", is_flag=True, help="Commit each event before the caller gets its answer.")
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
+@limit_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
@@ -165,6 +168,7 @@ def proxy(
     durable: bool,
     api_keys: tuple[str, ...],
     principal: str,
+    limits: Limits,
     console_spans: bool,
     verbose: bool,
 ) -> None:
@@ -195,6 +199,7 @@ def proxy(
         api_keys=keys,
         config=loaded,
         default_principal=principal,
+        limits=limits,
         console_spans=console_spans,
         upstreams=servers,
         upstream_eager=start == "eager",

@@ -4,10 +4,21 @@ OpenAI-compatible chat proxy over the upstreams of a config file."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from memtap.cli.options import db_option, loop_options, parse_host_port, resolve_db, serving_config
+from memtap.cli.options import (
+    db_option,
+    limit_options,
+    loop_options,
+    parse_host_port,
+    resolve_db,
+    serving_config,
+)
+
+if TYPE_CHECKING:
+    from memtap.limits import Limits
 
 DEFAULT_HTTP = "127.0.0.1:8750"
 
@@ -41,6 +52,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     show_default=True,
     help="Largest memory content, in UTF-8 bytes.",
 )
+@limit_options
 @click.option(
     "--config",
     "config_path",
@@ -58,6 +70,7 @@ def serve(
     principal: str,
     gate: str,
     max_content_bytes: int,
+    limits: Limits,
     config_path: Path | None,
     console_spans: bool,
     verbose: bool,
@@ -78,6 +91,7 @@ def serve(
         default_principal=principal,
         gate=GateMode(gate),
         max_content_bytes=max_content_bytes,
+        limits=limits,
         console_spans=console_spans,
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))

@@ -15,12 +15,14 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
+from memtap.proxy.guard import RequestGuard, validation_error
 from memtap.proxy.http import headers_of
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
 from memtap.proxy.openai_api import DirectRoutes, OpenAIFrontDoor
@@ -138,6 +140,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             yield
 
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_exception_handler(RequestValidationError, validation_error)
 
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:
@@ -167,6 +170,12 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     )
     app.router.routes.extend(openai_routes)
     app.add_middleware(DirectRoutes, routes=openai_routes)
+    app.add_middleware(  # outermost: header caps, and an event for every refusal (proxy/guard.py)
+        RequestGuard,
+        recorder=runtime.recorder,
+        principal_of=lambda found: resolve_principal(found, settings.api_keys, settings.default_principal),
+        default_principal=settings.default_principal,
+    )
     if pool is not None:
         from memtap.proxy.forward import ByUpstream
 

@@ -33,7 +33,14 @@ from starlette.types import Receive, Scope, Send
 from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, Upstream, UpstreamError, error_body
 from memtap.errors import InvalidArguments
 from memtap.proxy.context import build_context, build_context_safely, fields_from_headers
-from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
+from memtap.proxy.http import (
+    RequestProblem,
+    headers_of,
+    parse_object,
+    read_body,
+    refuse_unencodable,
+    send_bytes,
+)
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer, Recall
 from memtap.proxy.sse import complete_prefix, summarise_stream
@@ -204,6 +211,8 @@ class ChatProxy:
                 call.links.append(recall.event_id)
         stream = request.get("stream") is True
         passthrough = upstream.via == "passthrough"
+        if not passthrough:  # litellm re-encodes the request: refuse what it cannot encode
+            refuse_unencodable(outgoing)
         body = upstream.prepare(outgoing, raw, changed=bool(recall.memories)) if passthrough else b""
         reply: str | None = None
         complete = True

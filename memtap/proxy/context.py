@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from memtap.errors import InvalidArguments, MemtapError
+from memtap.limits import check_context_fields, clip
 from memtap.trace.models import Context
 
 __all__ = [
@@ -73,6 +74,8 @@ def build_context(
     for layer in layers:
         merged.update({key: value for key, value in layer.items() if value is not None})
     merged.setdefault("namespace", principal)
+    check_context_fields(merged)  # lengths and encodability, before they reach the trace
+    client = clip(client)  # informational (a user agent, an MCP client's name): cut, not refused
     try:
         return Context(principal=principal, client=client, upstream=upstream, **merged)
     except ValidationError as exc:
@@ -87,4 +90,4 @@ def build_context_safely(
     try:
         return build_context(principal=principal, client=client, layers=layers)
     except MemtapError:
-        return Context(principal=principal, namespace=principal, client=client)
+        return Context(principal=principal, namespace=principal, client=clip(client))

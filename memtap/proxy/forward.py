@@ -54,7 +54,8 @@ from memtap.proxy.context import (
     build_context,
     build_context_safely,
 )
-from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, client_name
+from memtap.proxy.guard import RECORDED_SCOPE_KEY
+from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, client_name, new_server
 from memtap.proxy.mcp_server import caller as mcp_caller
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
@@ -365,7 +366,7 @@ def build_forward_server(
             raise MCPError(_error_code(exc), str(exc)) from None
         return types.GetPromptResult.model_validate(result)
 
-    return Server(
+    return new_server(
         "memtap" if only is None else f"memtap/{only}",
         version=__version__,
         get_tool_input_schema=router.input_schema,
@@ -398,6 +399,7 @@ class ByUpstream:
             return
         message = f"unknown upstream {name!r}; this proxy wraps: {', '.join(self.endpoints)}"
         if scope.get("method") == "POST":
+            scope[RECORDED_SCOPE_KEY] = True  # the guard records refusals that are not recorded here
             principal = scope.get(PRINCIPAL_SCOPE_KEY) or "local"
             async with recorded_call(
                 self.recorder,

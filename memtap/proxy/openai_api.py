@@ -26,7 +26,14 @@ from memtap.config import ConfigFile
 from memtap.errors import InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
 from memtap.proxy.context import build_context, build_context_safely
-from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
+from memtap.proxy.http import (
+    RequestProblem,
+    headers_of,
+    parse_object,
+    read_body,
+    refuse_unencodable,
+    send_bytes,
+)
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer
 from memtap.proxy.service import MemoryService
@@ -157,6 +164,8 @@ class OpenAIFrontDoor:
                 if problem is not None:
                     raise problem
                 _check_embedding_request(request, local=embedder is not None)
+                if embedder is not None or (upstream is not None and upstream.via != "passthrough"):
+                    refuse_unencodable(request["input"], "input")
                 try:
                     call.context = build_context(
                         principal=principal,

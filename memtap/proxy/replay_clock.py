@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from memtap.limits import current, unencodable
 from memtap.proxy.app import resolve_principal
 from memtap.trace.models import Context, Role, utc_now
 
@@ -49,6 +50,17 @@ class Mark(BaseModel):
     session: str | None = None
     turn: str | None = None
     role: Role | None = None
+
+    @field_validator("namespace", "run", "principal", "episode", "session", "turn")
+    @classmethod
+    def _bounded_text(cls, value: str | None) -> str | None:
+        if value is not None:
+            cap = current().max_field_chars
+            if len(value) > cap:
+                raise ValueError(f"{len(value)} characters; the limit is {cap} (--max-field-chars)")
+            if unencodable(value):
+                raise ValueError("not valid UTF-8 text (it holds an unpaired surrogate)")
+        return value
 
     @model_validator(mode="after")
     def _has_key(self) -> Mark:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memtap.adapters.base import BackendResult, MemoryBackend
-from memtap.errors import AccessDenied, ContentTooLarge, UnknownTool
+from memtap.errors import AccessDenied, UnknownTool
+from memtap.limits import check_arguments
 from memtap.proxy.context import build_context, build_context_safely
 from memtap.proxy.policy import GateMode, gate_retrieval, gate_stored
 from memtap.proxy.tools import (
@@ -100,7 +101,7 @@ class MemoryService:
             )
             if self.clock is not None:
                 call.context = context = self.clock.attribute(context)
-            self._check_content(args)
+            self._check_content(name, args)
             call.query = args.query if isinstance(args, SearchArgs) else None
             call.start_backend()
             result = await self._dispatch(args, context, call.id)
@@ -137,15 +138,9 @@ class MemoryService:
         kept = [m for m in call.value[listed_key] if m["id"] not in withheld]
         call.value = {**call.value, listed_key: kept, "withheld": len(withheld)}
 
-    def _check_content(self, args: ContextArgs) -> None:
-        content = getattr(args, "content", None)
-        if content is None:
-            return
-        size = len(content.encode("utf-8"))  # the argument model already refused unpaired surrogates
-        if size > self.max_content_bytes:
-            raise ContentTooLarge(
-                f"content is {size} bytes; the limit is {self.max_content_bytes} bytes (--max-content-bytes)"
-            )
+    def _check_content(self, tool: str, args: ContextArgs) -> None:
+        """Content and query sizes, string lengths, metadata size and depth (memtap.limits)."""
+        check_arguments(tool, args, max_content_bytes=self.max_content_bytes)
 
     async def _dispatch(self, args: ContextArgs, ctx: Context, event_id: str) -> BackendResult:
         backend, ns = self.backend, ctx.namespace

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from memtap.errors import InvalidArguments
+from memtap.limits import MAX_ITEMS, MAX_OFFSET, MAX_TURN, bound_schema
 from memtap.trace.models import Op, Role, Visibility
 
 __all__ = [
@@ -35,9 +36,15 @@ class AccessArg(BaseModel):
     visibility: Visibility | None = Field(
         None, description="private (owner only), participants (owner and participants), or public"
     )
-    participants: list[str] = Field(default_factory=list, description="Principals who took part")
-    allow: list[str] = Field(default_factory=list, description="Principals who may always be told")
-    deny: list[str] = Field(default_factory=list, description="Principals who must never be told")
+    participants: list[str] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description="Principals who took part"
+    )
+    allow: list[str] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description="Principals who may always be told"
+    )
+    deny: list[str] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description="Principals who must never be told"
+    )
     sensitivity: str | None = Field(None, description="A sensitivity category: health, finance, ...")
 
 
@@ -48,7 +55,9 @@ class ContextArgs(BaseModel):
 
     namespace: str | None = Field(None, description="Whose memory (defaults to the caller)")
     session: str | None = Field(None, description="Conversation session id")
-    turn: str | int | None = Field(None, description="Turn id within the session")
+    turn: str | Annotated[int, Field(ge=0, le=MAX_TURN)] | None = Field(
+        None, description="Turn id within the session"
+    )
     role: Role | None = Field(None, description="Who said what is remembered")
     requester: str | None = Field(None, description="On whose behalf a retrieval will be shown")
     run: str | None = Field(None, description="Experiment or replay run id")
@@ -75,7 +84,7 @@ class GetArgs(ContextArgs):
 
 class ListArgs(ContextArgs):
     limit: int = Field(50, ge=1, le=1000, description="How many items at most")
-    offset: int = Field(0, ge=0, description="How many items to skip (oldest first)")
+    offset: int = Field(0, ge=0, le=MAX_OFFSET, description="How many items to skip (oldest first)")
 
 
 class UpdateArgs(ContextArgs):
@@ -114,7 +123,8 @@ class ToolSpec:
     idempotent: bool
 
     def input_schema(self) -> dict[str, Any]:
-        return self.args.model_json_schema()
+        """The arguments' JSON schema, strings bounded by this process's caps (memtap.limits)."""
+        return bound_schema(self.args.model_json_schema())
 
 
 TOOLS: dict[str, ToolSpec] = {

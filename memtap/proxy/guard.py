@@ -1,0 +1,197 @@
+"""The outermost layer of the HTTP app: header caps, and a recorded event for every refusal.
+
+:class:`RequestGuard` sees every HTTP request before anything else in memtap does:
+
+- a request whose headers are over the caps (one value over ``max_header_bytes``, all of them
+  over 64 times that, an ``X-Memtap-*`` value over ``max_field_chars``) is answered ``431``
+  with an error naming the header and the cap, and never reaches a front door;
+- a request that an endpoint refuses without recording it itself (the MCP transport's
+  ``400``/``404``/``406``/``413``/``421`` for a malformed body, an unknown session or a
+  forbidden host; the replay clock's ``4xx``) becomes one ``control`` event with the status,
+  the endpoint's message and the context the headers carry.
+
+The ``/v1`` front doors record their own refusals, and ``401`` (no valid key) is never
+recorded: a caller that cannot authenticate cannot write to the trace. Requests for paths
+memtap does not serve are answered ``404`` and not recorded either.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memtap.adapters.llm import error_body
+from memtap.errors import ProxyError
+from memtap.limits import Limits, current
+from memtap.proxy.context import build_context_safely, fields_from_headers
+from memtap.proxy.http import headers_of, send_bytes
+from memtap.trace.calls import recorded_call
+from memtap.trace.models import Op
+from memtap.trace.writer import Recorder
+
+__all__ = ["RECORDED_SCOPE_KEY", "RequestGuard", "RequestRefused"]
+
+# An endpoint that recorded a refusal itself sets this in the scope, so it is not recorded twice.
+RECORDED_SCOPE_KEY = "memtap.recorded"
+_PRINCIPAL_SCOPE_KEY = "memtap.principal"  # proxy.mcp_server.PRINCIPAL_SCOPE_KEY (not imported: cycle)
+_KEEP_BODY = 4096
+
+
+class RequestRefused(ProxyError):
+    """An HTTP request memtap refused before any front door served it."""
+
+
+def _recorded_path(path: str) -> bool:
+    """The endpoints whose refusals the guard records (the /v1 front doors record their own)."""
+    return path == "/mcp" or path.startswith(("/servers/", "/v1/memtap/"))
+
+
+def header_problem(scope: Scope, limits: Limits) -> str | None:
+    """What is wrong with the request's headers, or None."""
+    total = 0
+    for raw_name, raw_value in scope.get("headers", []):
+        size = len(raw_value)
+        total += len(raw_name) + size
+        name = raw_name.decode("latin-1")
+        if size > limits.max_header_bytes:
+            return (
+                f"header {name} is {size} bytes; the limit is {limits.max_header_bytes} bytes "
+                "(--max-header-bytes)"
+            )
+        if size > limits.max_field_chars and name.lower().startswith("x-memtap-"):
+            return (
+                f"header {name} is {size} characters; the limit is {limits.max_field_chars} "
+                "(--max-field-chars)"
+            )
+    if total > limits.max_headers_bytes:
+        return (
+            f"the headers are {total} bytes together; the limit is {limits.max_headers_bytes} bytes "
+            "(64 x --max-header-bytes)"
+        )
+    return None
+
+
+def _message_of(body: bytes) -> str:
+    """The error message of a refusal's body: OpenAI, JSON-RPC or FastAPI shape, else the text."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body[:300].decode("utf-8", "replace")
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])[:1000]
+        if "detail" in parsed:
+            detail = parsed["detail"]
+            return (detail if isinstance(detail, str) else json.dumps(detail, default=str))[:1000]
+    return body[:300].decode("utf-8", "replace")
+
+
+class RequestGuard:
+    """ASGI middleware: header caps first, then a recorded event for each unrecorded refusal."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        recorder: Recorder,
+        principal_of: Callable[[Mapping[str, str]], str | None],
+        default_principal: str = "local",
+    ) -> None:
+        self.app = app
+        self.recorder = recorder
+        self.principal_of = principal_of
+        self.default_principal = default_principal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        problem = header_problem(scope, current())
+        if problem is not None:
+            await self._refuse_headers(scope, send, problem)
+            return
+        path = scope["path"]
+        if not _recorded_path(path):
+            await self.app(scope, receive, send)
+            return
+        status = 0
+        body = bytearray()
+
+        async def watching(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and status >= 400 and len(body) < _KEEP_BODY:
+                body.extend(message.get("body", b"")[: _KEEP_BODY - len(body)])
+            await send(message)
+
+        await self.app(scope, receive, watching)
+        if status >= 400 and status != 401 and not scope.get(RECORDED_SCOPE_KEY):
+            await self._record(scope, f"HTTP {status}: {_message_of(bytes(body))}")
+
+    async def _refuse_headers(self, scope: Scope, send: Send, problem: str) -> None:
+        headers = headers_of(scope)
+        try:
+            principal = self.principal_of(headers)
+        except Exception:  # a principal header over the caps: the event names the default
+            principal = self.default_principal
+        if principal is None:  # no valid key: refused as the principal gate would, not recorded
+            body = error_body(
+                "missing or unknown API key (Authorization: Bearer KEY)", "authentication_error"
+            )
+            await send_bytes(send, 401, body)
+            return
+        if len(principal) > current().max_field_chars:
+            principal = self.default_principal
+        await send_bytes(send, 431, error_body(problem, "invalid_request_error", code="header_too_large"))
+        scope[_PRINCIPAL_SCOPE_KEY] = principal
+        await self._record(scope, f"HTTP 431: {problem}")
+
+    async def _record(self, scope: Scope, message: str) -> None:
+        headers = headers_of(scope)
+        principal = scope.get(_PRINCIPAL_SCOPE_KEY)
+        if not isinstance(principal, str):
+            found = self.principal_of(headers)
+            principal = found if found and len(found) <= current().max_field_chars else self.default_principal
+        method = scope.get("method", "")
+        path = scope["path"]
+        async with recorded_call(
+            self.recorder,
+            tool=f"{method} {path}"[:200],
+            op=Op.CONTROL,
+            front_door="http",
+            backend="none",
+            arguments=_request_summary(scope),
+            fallback_context=lambda: build_context_safely(
+                principal, headers.get("user-agent"), (fields_from_headers(headers),)
+            ),
+        ):
+            raise RequestRefused(message)
+
+
+def _request_summary(scope: Scope) -> dict[str, Any]:
+    """What the trace keeps of a refused request: method, path, query and content type."""
+    headers = headers_of(scope)
+    query = scope.get("query_string", b"").decode("latin-1")
+    return {
+        "method": scope.get("method"),
+        "path": scope["path"][:1000],
+        **({"query": query[:1000]} if query else {}),
+        **({"content_type": headers["content-type"][:200]} if "content-type" in headers else {}),
+    }
+
+
+async def validation_error(request: Any, exc: Exception) -> Any:
+    """FastAPI's 422 for a request that fails its model, without echoing the input back (which
+    may be large, or hold text that cannot be encoded as UTF-8)."""
+    from starlette.responses import Response
+
+    errors = getattr(exc, "errors", lambda: [])()
+    detail = [
+        {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
+        for err in errors
+    ]
+    return Response(json.dumps({"detail": detail}), status_code=422, media_type="application/json")
