@@ -22,6 +22,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
+from memtap.proxy.api_docs import Health, install_openapi
 from memtap.proxy.guard import RequestGuard, validation_error
 from memtap.proxy.http import headers_of
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
@@ -141,8 +142,9 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
 
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_exception_handler(RequestValidationError, validation_error)
+    install_openapi(app)  # the /v1 and MCP endpoints too (proxy/api_docs.py)
 
-    @app.get("/healthz")
+    @app.get("/healthz", responses={200: {"model": Health}})
     async def healthz(request: Request) -> dict[str, Any]:
         """Liveness for anyone; the details (paths, counters) only for callers with a key."""
         if settings.api_keys and resolve_principal(request.headers, settings.api_keys, "") is None:

@@ -11,7 +11,8 @@
   the endpoint's message and the context the headers carry.
 
 The ``/v1`` front doors record their own refusals, and ``401`` (no valid key) is never
-recorded: a caller that cannot authenticate cannot write to the trace. Requests for paths
+recorded: a caller that cannot authenticate cannot write to the trace. Nor is a ``GET`` that
+found nothing (``404``: no replay mark for that key), which is an answer, not a refusal. Requests for paths
 memtap does not serve are answered ``404`` and not recorded either.
 """
 
@@ -90,6 +91,14 @@ def _message_of(body: bytes) -> str:
     return body[:300].decode("utf-8", "replace")
 
 
+def _refused(scope: Scope, status: int) -> bool:
+    """A refusal to record: a 4xx, except 401 (no valid key), a lookup that found nothing
+    (``GET`` 404), and what the endpoint recorded itself."""
+    if status < 400 or status == 401 or scope.get(RECORDED_SCOPE_KEY):
+        return False
+    return not (status == 404 and scope.get("method") == "GET")
+
+
 class RequestGuard:
     """ASGI middleware: header caps first, then a recorded event for each unrecorded refusal."""
 
@@ -129,7 +138,7 @@ class RequestGuard:
             await send(message)
 
         await self.app(scope, receive, watching)
-        if status >= 400 and status != 401 and not scope.get(RECORDED_SCOPE_KEY):
+        if _refused(scope, status):
             await self._record(scope, f"HTTP {status}: {_message_of(bytes(body))}")
 
     async def _refuse_headers(self, scope: Scope, send: Send, problem: str) -> None:
@@ -189,7 +198,7 @@ async def validation_error(request: Any, exc: Exception) -> Any:
     may be large, or hold text that cannot be encoded as UTF-8)."""
     from starlette.responses import Response
 
-    errors = getattr(exc, "errors", lambda: [])()
+    errors: list[dict[str, Any]] = getattr(exc, "errors", list)()
     detail = [
         {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
         for err in errors

@@ -76,6 +76,24 @@ class Mark(BaseModel):
         return ("principal", str(self.principal))
 
 
+class MarkAnswer(BaseModel):
+    """The mark as it is set (``set_at``: when, UTC) or found."""
+
+    mark: dict[str, Any]
+
+
+class Cleared(BaseModel):
+    cleared: bool = Field(description="Whether there was a mark to clear")
+
+
+_AUTH: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or unknown API key (keys configured)"}
+}
+_BAD_KEY: dict[int | str, dict[str, Any]] = {
+    422: {"description": "No ?namespace=, ?run= or ?principal= to name the mark by"}
+}
+
+
 @dataclass
 class _Stamped:
     mark: Mark
@@ -145,14 +163,19 @@ def mount_replay_clock(app: FastAPI, service: Any, api_keys: dict[str, str]) -> 
         if api_keys and resolve_principal(request.headers, api_keys, "") is None:
             raise HTTPException(401, "missing or unknown API key (Authorization: Bearer KEY)")
 
-    @app.post(MARK_PATH)
+    @app.post(MARK_PATH, responses={200: {"model": MarkAnswer}, **_AUTH}, tags=["replay"])
     async def set_mark(mark: Mark, request: Request) -> dict[str, Any]:
         """Mark the turn being played; memory calls without a turn are attributed to it."""
         authorised(request)
         return {"mark": clock.set(mark)}
 
-    @app.get(MARK_PATH)
+    @app.get(
+        MARK_PATH,
+        responses={200: {"model": MarkAnswer}, 404: {"description": "No mark"}, **_AUTH, **_BAD_KEY},
+        tags=["replay"],
+    )
     async def get_mark(request: Request) -> dict[str, Any]:
+        """The mark for ``?namespace=``, ``?run=`` or ``?principal=``."""
         authorised(request)
         kind, value = _key_of(request)
         mark = clock.get(kind, value)
@@ -160,8 +183,9 @@ def mount_replay_clock(app: FastAPI, service: Any, api_keys: dict[str, str]) -> 
             raise HTTPException(404, f"no mark for {kind} {value!r}")
         return {"mark": mark.model_dump(exclude_none=True)}
 
-    @app.delete(MARK_PATH)
+    @app.delete(MARK_PATH, responses={200: {"model": Cleared}, **_AUTH, **_BAD_KEY}, tags=["replay"])
     async def clear_mark(request: Request) -> dict[str, Any]:
+        """Clear the mark for ``?namespace=``, ``?run=`` or ``?principal=`` (the episode ended)."""
         authorised(request)
         kind, value = _key_of(request)
         return {"cleared": clock.clear(kind, value)}
