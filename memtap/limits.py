@@ -206,7 +206,11 @@ def check_arguments(
         if value is None:
             continue
         if name in _CONTENT_FIELDS and isinstance(value, str):
-            size = len(value.encode("utf-8", "surrogatepass"))
+            if unencodable(value):
+                raise InvalidArguments(
+                    f"{tool}: {name}: not valid UTF-8 text (it holds an unpaired surrogate)"
+                )
+            size = len(value.encode("utf-8"))
             if size > max_content_bytes:
                 raise ContentTooLarge(
                     f"{name} is {size} bytes; the limit is {max_content_bytes} bytes (--max-content-bytes)"

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memtap.adapters.llm import error_body
 from memtap.errors import ProxyError
-from memtap.limits import Limits, current
+from memtap.limits import Limits, current, unencodable
 from memtap.proxy.context import build_context_safely, fields_from_headers
 from memtap.proxy.http import headers_of, send_bytes
 from memtap.trace.calls import recorded_call
@@ -175,10 +175,17 @@ class RequestGuard:
             backend="none",
             arguments=_request_summary(scope),
             fallback_context=lambda: build_context_safely(
-                principal, headers.get("user-agent"), (fields_from_headers(headers),)
+                principal, headers.get("user-agent"), (_within_caps(fields_from_headers(headers)),)
             ),
         ):
             raise RequestRefused(message)
+
+
+def _within_caps(fields: dict[str, Any]) -> dict[str, Any]:
+    """The context fields a refused request carried that are within the caps (the others are
+    what it was refused for, and are named in the event's error)."""
+    cap = current().max_field_chars
+    return {key: value for key, value in fields.items() if len(value) <= cap and not unencodable(value)}
 
 
 def _request_summary(scope: Scope) -> dict[str, Any]:
