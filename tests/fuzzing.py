@@ -155,7 +155,7 @@ def _deep(depth: int, opener: str) -> str:
     )
 
 
-_bodies = st.one_of(
+_malformed = st.one_of(
     _messages.map(json.dumps),  # json.dumps escapes a lone surrogate as \ud800: valid JSON text
     st.lists(_messages, min_size=0, max_size=4).map(json.dumps),  # batches
     st.builds(_deep, st.integers(min_value=30, max_value=1500), st.sampled_from(["[", "{"])),
@@ -163,6 +163,8 @@ _bodies = st.one_of(
                      '{"jsonrpc":"2.0","id":99999999999999999999999999,"method":"ping"}']),
     st.binary(max_size=64).map(lambda b: b.decode("latin-1")),
 )  # fmt: skip
+# Half the bodies are tool calls (they reach the memory service), half anything else.
+_bodies = st.booleans().flatmap(lambda call: _calls.map(json.dumps) if call else _malformed)
 
 
 def mcp_session(client: httpx.Client, url: str) -> dict[str, str]:
