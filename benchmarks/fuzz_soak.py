@@ -5,7 +5,9 @@ and on ``/mcp`` with malformed and edge-case JSON-RPC (hypothesis). ``make soak`
 
     python benchmarks/fuzz_soak.py [--examples N]   (default: $MEMTAP_FUZZ_EXAMPLES or 200)
 
-N cases per operation and mode, and 10 x N JSON-RPC bodies. Prints, and exits 1 unless both are 0:
+N cases per operation and mode, 10 x N JSON-RPC bodies, and 5 x N on ``memtap proxy`` wrapping the
+reference memory server (when node_modules has it). Prints, and exits 1 unless 5xx is 0 and the
+servers are up:
 
     fuzz cases 3200, 5xx 0
     server up after fuzzing: yes
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fuzzing import fuzz_mcp, fuzz_openapi  # noqa: E402
+from fuzzing import FuzzReport, fuzz_mcp, fuzz_openapi  # noqa: E402
 
 from memtap.probes.targets._server import MemtapServer, free_port  # noqa: E402
 
@@ -43,6 +45,38 @@ def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> Non
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"{url} did not answer within {timeout:.0f} s")
+
+
+REFERENCE_TOOLS = (
+    "create_entities",
+    "create_relations",
+    "add_observations",
+    "delete_entities",
+    "delete_observations",
+    "delete_relations",
+    "read_graph",
+    "search_nodes",
+    "open_nodes",
+)
+
+
+def _fuzz_proxy(work: Path, examples: int) -> tuple[FuzzReport, bool] | None:
+    """``memtap proxy`` over the reference memory server, its /mcp fuzzed; None without node."""
+    memory = ROOT / "node_modules" / ".bin" / "mcp-server-memory"
+    if not memory.exists():
+        return None
+    config = work / "proxy.json"
+    server = {"command": str(memory), "env": {"MEMORY_FILE_PATH": str(work / "memory.jsonl")}}
+    config.write_text(json.dumps({"mcpServers": {"memory": server}}))
+    proxy = MemtapServer(work / "proxy.db", extra=["--config", str(config)], command="proxy")
+    proxy.start()
+    try:
+        report = fuzz_mcp(f"{proxy.base_url}/mcp", examples, tools=REFERENCE_TOOLS)
+        with urllib.request.urlopen(f"{proxy.base_url}/healthz", timeout=10) as answer:
+            up = json.load(answer).get("status") == "ok"
+    finally:
+        proxy.stop()
+    return report, up
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,19 +100,27 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             http = fuzz_openapi(server.base_url, args.examples, model="gpt-fake")
             mcp = fuzz_mcp(f"{server.base_url}/mcp", 10 * args.examples)
-            seconds = time.perf_counter() - started
             with urllib.request.urlopen(f"{server.base_url}/healthz", timeout=10) as answer:
                 up = json.load(answer).get("status") == "ok"
+            proxied = _fuzz_proxy(work, 5 * args.examples)
+            seconds = time.perf_counter() - started
         finally:
             code = server.stop() if server is not None else None
             upstream.terminate()
             upstream.wait(timeout=10)
-    print(http.line("openapi (schemathesis)"))
-    print(mcp.line("mcp json-rpc (hypothesis)"))
-    errors = http.server_errors + mcp.server_errors
+    print(http.line("memtap serve, openapi (schemathesis)"))
+    print(mcp.line("memtap serve, /mcp json-rpc (hypothesis)"))
+    reports = [http, mcp]
+    if proxied is not None:
+        print(proxied[0].line("memtap proxy, /mcp json-rpc (hypothesis)"))
+        reports.append(proxied[0])
+        up = up and proxied[1]
+    else:
+        print("memtap proxy: skipped (node_modules/.bin/mcp-server-memory is missing; run npm ci)")
+    errors = [line for report in reports for line in report.server_errors]
     for line in errors[:20]:
         print("  5xx", line)
-    print(f"fuzz cases {http.cases + mcp.cases}, 5xx {len(errors)}")
+    print(f"fuzz cases {sum(r.cases for r in reports)}, 5xx {len(errors)}")
     print(f"server up after fuzzing: {'yes' if up else 'NO'}; clean exit: {code == 0}; {seconds:.0f} s")
     return 0 if not errors and up else 1
 

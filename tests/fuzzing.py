@@ -125,13 +125,20 @@ _tool_args = st.fixed_dictionaries(
         "access": st.one_of(_json, st.just({"visibility": "public", "allow": ["a"] * 2000})),
     },
 ).flatmap(lambda args: _context.map(lambda ctx: {**args, **ctx}))
-_calls = st.builds(
-    lambda name, args, rid: {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                             "params": {"name": name, "arguments": args}},
-    st.one_of(st.sampled_from(TOOLS), st.text(max_size=20)),
-    st.one_of(_tool_args, _json),
-    st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.text(max_size=10)),
-)  # fmt: skip
+
+
+def tool_calls(tools: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
+    """``tools/call`` messages naming ``tools`` (or nonsense), with edge-case arguments."""
+    return st.builds(
+        lambda name, args, rid: {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                 "params": {"name": name, "arguments": args}},
+        st.one_of(st.sampled_from(tools), st.text(max_size=20)),
+        st.one_of(_tool_args, _json),
+        st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.text(max_size=10)),
+    )  # fmt: skip
+
+
+_calls = tool_calls(TOOLS)
 _methods = st.sampled_from(
     ["tools/list", "tools/call", "ping", "logging/setLevel", "resources/list", "prompts/get", "initialize",
      "completion/complete", "notifications/cancelled", "no/such/method", ""]
@@ -163,8 +170,12 @@ _malformed = st.one_of(
                      '{"jsonrpc":"2.0","id":99999999999999999999999999,"method":"ping"}']),
     st.binary(max_size=64).map(lambda b: b.decode("latin-1")),
 )  # fmt: skip
-# Half the bodies are tool calls (they reach the memory service), half anything else.
-_bodies = st.booleans().flatmap(lambda call: _calls.map(json.dumps) if call else _malformed)
+
+
+def bodies(tools: tuple[str, ...]) -> st.SearchStrategy[str]:
+    """Half tool calls (they reach the memory service or the upstream), half anything else."""
+    calls = tool_calls(tools).map(json.dumps)
+    return st.booleans().flatmap(lambda call: calls if call else _malformed)
 
 
 def mcp_session(client: httpx.Client, url: str) -> dict[str, str]:
@@ -181,14 +192,15 @@ def mcp_session(client: httpx.Client, url: str) -> dict[str, str]:
     return headers
 
 
-def fuzz_mcp(url: str, examples: int) -> FuzzReport:
-    """``examples`` malformed or edge-case JSON-RPC bodies POSTed to ``url`` in one session."""
+def fuzz_mcp(url: str, examples: int, tools: tuple[str, ...] = TOOLS) -> FuzzReport:
+    """``examples`` malformed or edge-case JSON-RPC bodies POSTed to ``url`` in one session;
+    the tool calls among them name ``tools`` (memtap's memory tools by default)."""
     report = FuzzReport()
     with httpx.Client(timeout=30) as client:
         headers = mcp_session(client, url)
 
         @_settings(examples)
-        @given(body=_bodies, with_session=st.integers(0, 9).map(bool))
+        @given(body=bodies(tools), with_session=st.integers(0, 9).map(bool))
         def run(body: str, with_session: bool) -> None:
             sent = headers if with_session else MCP_HEADERS
             raw = body.encode("utf-8", "surrogatepass")
