@@ -226,6 +226,32 @@ def test_malformed_mcp_requests_are_refused_with_4xx_and_recorded_with_their_con
     assert {(e.context.namespace, e.context.session) for e in events} == {("ns-fuzz", "s-fuzz")}
 
 
+def test_json_rpc_errors_without_a_call_are_recorded_once(
+    start_http_server: StartServer, memory_server: dict[str, Any], tmp_path: Path
+) -> None:
+    served = start_http_server()
+    config = tmp_path / "proxy.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": memory_server}}))
+    proxied = start_http_server("--config", str(config), command="proxy", db=tmp_path / "proxy.db")
+    for server in (served, proxied):
+        with httpx.Client() as client:
+            headers = {**mcp_session(client, server.url), "X-Memtap-Session": "s-rpc"}
+            for rid, method, params in [(1, "tools/call", {"arguments": {}}), (2, "no/such/method", {}),
+                                        (3, "tools/call", {"name": "no_such_tool", "arguments": {}})]:  # fmt: skip
+                answer = client.post(server.url, headers=headers,
+                                     json={"jsonrpc": "2.0", "id": rid, "method": method, "params": params})  # fmt: skip
+                assert answer.status_code == 200 and answer.status_code < 500
+        assert server.stop() == 0
+    for server in (served, proxied):
+        events = _events(server.db)
+        rpc = [e for e in events if (e.error or "").startswith("JSON-RPC error: ")]
+        assert [e.tool for e in rpc] == ["POST /mcp", "POST /mcp"]  # no name; unknown method
+        assert all(e.context.session == "s-rpc" for e in rpc)
+        unknown = [e for e in events if e.tool == "no_such_tool"]  # recorded by the tool call itself
+        assert len(unknown) == 1 and "unknown tool" in (unknown[0].error or "")
+        assert len(events) == 3
+
+
 def test_a_replay_mark_with_text_that_cannot_be_encoded_is_a_recorded_422(
     start_http_server: StartServer,
 ) -> None:

@@ -54,7 +54,7 @@ from memtap.proxy.context import (
     build_context,
     build_context_safely,
 )
-from memtap.proxy.guard import RECORDED_SCOPE_KEY
+from memtap.proxy.guard import RECORDED_SCOPE_KEY, mark_recorded
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, client_name, new_server
 from memtap.proxy.mcp_server import caller as mcp_caller
 from memtap.trace.calls import recorded_call
@@ -289,6 +289,7 @@ def build_forward_server(
                 raise
         if parsed is not None:
             return parsed
+        mark_recorded(ctx)  # the guard must not record this JSON-RPC error a second time
         raise MCPError(code, call.error or "error", data)
 
     async def call_tool(
@@ -343,6 +344,7 @@ def build_forward_server(
                 contents = result.get("contents") or []
                 call.value = {"contents": len(contents)}
                 return types.ReadResourceResult.model_validate(result)
+        mark_recorded(ctx)
         raise MCPError(_error_code(last), str(last))
 
     async def list_prompts(

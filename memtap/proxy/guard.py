@@ -7,8 +7,11 @@
   with an error naming the header and the cap, and never reaches a front door;
 - a request that an endpoint refuses without recording it itself (the MCP transport's
   ``400``/``404``/``406``/``413``/``421`` for a malformed body, an unknown session or a
-  forbidden host; the replay clock's ``4xx``) becomes one ``control`` event with the status,
-  the endpoint's message and the context the headers carry.
+  forbidden host; the replay clock's ``4xx``), and a JSON-RPC error the MCP server answers
+  inside a ``200`` without having recorded a call (an unknown method, ``params`` that do not
+  fit it), becomes one ``control`` event with the status, the message and the context the
+  headers carry. A handler that recorded its call before answering a JSON-RPC error says so
+  with :func:`mark_recorded`.
 
 The ``/v1`` front doors record their own refusals, and ``401`` (no valid key) is never
 recorded: a caller that cannot authenticate cannot write to the trace. Nor is a ``GET`` that
@@ -33,7 +36,7 @@ from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
 
-__all__ = ["RECORDED_SCOPE_KEY", "RequestGuard", "RequestRefused"]
+__all__ = ["RECORDED_SCOPE_KEY", "RequestGuard", "RequestRefused", "mark_recorded"]
 
 # An endpoint that recorded a refusal itself sets this in the scope, so it is not recorded twice.
 RECORDED_SCOPE_KEY = "memtap.recorded"
@@ -43,6 +46,14 @@ _KEEP_BODY = 4096
 
 class RequestRefused(ProxyError):
     """An HTTP request memtap refused before any front door served it."""
+
+
+def mark_recorded(ctx: Any) -> None:
+    """An MCP handler that recorded its call and answers a JSON-RPC error says so here (through
+    the HTTP request the SDK hands it), so the guard does not record the error again."""
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    if isinstance(scope, dict):
+        scope[RECORDED_SCOPE_KEY] = True
 
 
 def _recorded_path(path: str) -> bool:
@@ -91,6 +102,12 @@ def _message_of(body: bytes) -> str:
     return body[:300].decode("utf-8", "replace")
 
 
+def _is_rpc_error(chunk: bytes) -> bool:
+    """A JSON-RPC error answer (the SDK writes ``{"jsonrpc":"2.0","id":...,"error":{...}}``)."""
+    head = chunk[:160]
+    return head.startswith(b'{"jsonrpc"') and b'"error":{' in head and b'"result"' not in head
+
+
 def _refused(scope: Scope, status: int) -> bool:
     """A refusal to record: a 4xx, except 401 (no valid key), a lookup that found nothing
     (``GET`` 404), and what the endpoint recorded itself."""
@@ -128,18 +145,26 @@ class RequestGuard:
             return
         status = 0
         body = bytearray()
+        rpc_error = False
 
         async def watching(message: Message) -> None:
-            nonlocal status
+            nonlocal status, rpc_error
             if message["type"] == "http.response.start":
                 status = message["status"]
-            elif message["type"] == "http.response.body" and status >= 400 and len(body) < _KEEP_BODY:
-                body.extend(message.get("body", b"")[: _KEEP_BODY - len(body)])
+            elif message["type"] == "http.response.body" and len(body) < _KEEP_BODY:
+                chunk = message.get("body", b"")
+                if status >= 400:
+                    body.extend(chunk[: _KEEP_BODY - len(body)])
+                elif status == 200 and not body and _is_rpc_error(chunk):
+                    rpc_error = True
+                    body.extend(chunk[:_KEEP_BODY])
             await send(message)
 
         await self.app(scope, receive, watching)
         if _refused(scope, status):
             await self._record(scope, f"HTTP {status}: {_message_of(bytes(body))}")
+        elif rpc_error and not scope.get(RECORDED_SCOPE_KEY):
+            await self._record(scope, f"JSON-RPC error: {_message_of(bytes(body))}")
 
     async def _refuse_headers(self, scope: Scope, send: Send, problem: str) -> None:
         headers = headers_of(scope)
