@@ -118,6 +118,24 @@ def test_text_a_litellm_upstream_cannot_encode_is_a_400_naming_the_field(serve_m
     assert event.status == "error" and "messages[0].content" in (event.error or "")
 
 
+def test_text_a_local_embedder_cannot_encode_is_a_400_and_a_passed_through_one_is_forwarded(
+    serve_memtap: Serve, upstream: Any
+) -> None:
+    memtap = serve_memtap({"embeddings": {"tiny": {"provider": "hashing", "options": {"dimensions": 8}}}})
+    local = httpx.post(
+        memtap.base_url + "/embeddings", content=b'{"model": "tiny", "input": ["ok", "\\ud800"]}'
+    )
+    assert local.status_code == 400 and local.json()["error"]["message"].startswith(
+        "input[1] is not valid Unicode"
+    )
+    forwarded = httpx.post(
+        memtap.base_url + "/embeddings", content=b'{"model": "gpt-fake", "input": "\\ud800"}'
+    )
+    assert forwarded.status_code == 200
+    events = memtap.events(lambda found: len(found) == 2)
+    assert [e.status for e in events] == ["error", "ok"]
+
+
 # -- MCP tools: numeric bounds and caps ------------------------------------------------------------
 
 
