@@ -45,6 +45,7 @@ __all__ = [
     "json_depth_exceeds",
     "load_json",
     "unencodable",
+    "within_caps",
 ]
 
 # Static bounds of the tool schemas (not configurable: they are part of the tools' contract).
@@ -175,6 +176,17 @@ def check_context_fields(fields: Mapping[str, Any], limits: Limits | None = None
     for key, value in fields.items():
         if isinstance(value, str) and (len(value) > cap or unencodable(value)):
             check_text(f"context.{key}", value, cap)
+
+
+def within_caps(fields: Mapping[str, Any], limits: Limits | None = None) -> dict[str, Any]:
+    """``fields`` without the strings over ``max_field_chars`` or not valid Unicode text (for the
+    context recorded with a call refused for them)."""
+    cap = (limits or _current).max_field_chars
+    return {
+        key: value
+        for key, value in fields.items()
+        if not (isinstance(value, str) and (len(value) > cap or unencodable(value)))
+    }
 
 
 def check_metadata(where: str, metadata: Any, limits: Limits | None = None) -> None:

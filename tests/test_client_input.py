@@ -182,7 +182,8 @@ async def test_the_caps_are_configurable_and_shown_in_the_tool_schemas(
         ok_ns = await client.call_tool("memory_add", {"content": "x", "namespace": "n" * 32})
         big = await client.call_tool("memory_add", {"content": "x", "metadata": {"a": "b" * 100}})
     schema = tools["memory_add"].input_schema
-    assert schema["properties"]["namespace"]["anyOf"][0] == {"type": "string", "maxLength": 32}
+    assert schema["$defs"]["AccessArg"]["properties"]["deny"]["items"] == {"type": "string", "maxLength": 32}
+    assert tools["memory_get"].input_schema["properties"]["id"]["maxLength"] == 32
     assert "maxLength" not in schema["properties"]["content"]  # content is capped in bytes, not here
     assert tools["memory_list"].input_schema["properties"]["offset"]["maximum"] == 1_000_000_000
     assert long_ns.is_error and "the limit is 32 (--max-field-chars)" in long_ns.content[0].text  # type: ignore[union-attr]

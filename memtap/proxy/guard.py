@@ -28,9 +28,9 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memtap.adapters.llm import error_body
+from memtap.auth import CALLER_SCOPE_KEY, Caller, best_context, fields_from_headers, local_caller
 from memtap.errors import ProxyError
-from memtap.limits import Limits, current, unencodable
-from memtap.proxy.context import build_context_safely, fields_from_headers
+from memtap.limits import Limits, current
 from memtap.proxy.http import headers_of, send_bytes
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
@@ -40,7 +40,6 @@ __all__ = ["RECORDED_SCOPE_KEY", "RequestGuard", "RequestRefused", "mark_recorde
 
 # An endpoint that recorded a refusal itself sets this in the scope, so it is not recorded twice.
 RECORDED_SCOPE_KEY = "memtap.recorded"
-_PRINCIPAL_SCOPE_KEY = "memtap.principal"  # proxy.mcp_server.PRINCIPAL_SCOPE_KEY (not imported: cycle)
 _KEEP_BODY = 4096
 
 
@@ -123,12 +122,12 @@ class RequestGuard:
         self,
         app: ASGIApp,
         recorder: Recorder,
-        principal_of: Callable[[Mapping[str, str]], str | None],
+        caller_of: Callable[[Mapping[str, str]], Caller | None],
         default_principal: str = "local",
     ) -> None:
         self.app = app
         self.recorder = recorder
-        self.principal_of = principal_of
+        self.caller_of = caller_of
         self.default_principal = default_principal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -166,30 +165,30 @@ class RequestGuard:
         elif rpc_error and not scope.get(RECORDED_SCOPE_KEY):
             await self._record(scope, f"JSON-RPC error: {_message_of(bytes(body))}")
 
+    def _caller(self, scope: Scope) -> Caller | None:
+        """The request's caller (the gate's, else authenticated here); ``None``: no valid key.
+        A principal over the field cap (an ``X-Memtap-Principal``) is recorded as the default."""
+        caller = scope.get(CALLER_SCOPE_KEY)
+        if not isinstance(caller, Caller):
+            caller = self.caller_of(headers_of(scope))
+        if caller is not None and len(caller.principal) > current().max_field_chars:
+            caller = local_caller(self.default_principal)
+        return caller
+
     async def _refuse_headers(self, scope: Scope, send: Send, problem: str) -> None:
-        headers = headers_of(scope)
-        try:
-            principal = self.principal_of(headers)
-        except Exception:  # a principal header over the caps: the event names the default
-            principal = self.default_principal
-        if principal is None:  # no valid key: refused as the principal gate would, not recorded
+        caller = self._caller(scope)
+        if caller is None:  # no valid key: refused as the authentication gate would, not recorded
             body = error_body(
-                "missing or unknown API key (Authorization: Bearer KEY)", "authentication_error"
+                "missing or unknown API key or token (Authorization: Bearer KEY)", "authentication_error"
             )
             await send_bytes(send, 401, body)
             return
-        if len(principal) > current().max_field_chars:
-            principal = self.default_principal
         await send_bytes(send, 431, error_body(problem, "invalid_request_error", code="header_too_large"))
-        scope[_PRINCIPAL_SCOPE_KEY] = principal
-        await self._record(scope, f"HTTP 431: {problem}")
+        await self._record(scope, f"HTTP 431: {problem}", caller)
 
-    async def _record(self, scope: Scope, message: str) -> None:
+    async def _record(self, scope: Scope, message: str, caller: Caller | None = None) -> None:
         headers = headers_of(scope)
-        principal = scope.get(_PRINCIPAL_SCOPE_KEY)
-        if not isinstance(principal, str):
-            found = self.principal_of(headers)
-            principal = found if found and len(found) <= current().max_field_chars else self.default_principal
+        who = caller or self._caller(scope) or local_caller(self.default_principal)
         method = scope.get("method", "")
         path = scope["path"]
         async with recorded_call(
@@ -199,18 +198,11 @@ class RequestGuard:
             front_door="http",
             backend="none",
             arguments=_request_summary(scope),
-            fallback_context=lambda: build_context_safely(
-                principal, headers.get("user-agent"), (_within_caps(fields_from_headers(headers)),)
+            fallback_context=lambda: best_context(
+                who, layers=(fields_from_headers(headers),), client=headers.get("user-agent")
             ),
         ):
             raise RequestRefused(message)
-
-
-def _within_caps(fields: dict[str, Any]) -> dict[str, Any]:
-    """The context fields a refused request carried that are within the caps (the others are
-    what it was refused for, and are named in the event's error)."""
-    cap = current().max_field_chars
-    return {key: value for key, value in fields.items() if len(value) <= cap and not unencodable(value)}
 
 
 def _request_summary(scope: Scope) -> dict[str, Any]:

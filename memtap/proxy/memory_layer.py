@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from memtap.auth import Caller
 from memtap.proxy.service import MemoryService
 
 __all__ = ["MEMORY_HEADER", "CaptureResult", "MemoryLayer", "Recall", "format_memories", "message_text"]
@@ -107,7 +108,7 @@ class MemoryLayer:
         self.capture_roles = set(capture if capture is not None else ["user"])
 
     async def recall(
-        self, request: dict[str, Any], *, principal: str, layers: tuple[Mapping[str, Any], ...]
+        self, request: dict[str, Any], *, caller: Caller, layers: tuple[Mapping[str, Any], ...]
     ) -> Recall:
         """Search with the last user message and inject the results into ``request`` in place.
 
@@ -116,14 +117,14 @@ class MemoryLayer:
         t0 = time.perf_counter()
         messages = request.get("messages")
         try:
-            return await self._recall(request, principal=principal, layers=layers)
+            return await self._recall(request, caller=caller, layers=layers)
         except Exception as exc:
             log.exception("auto memory: the search before a chat failed")
             request["messages"] = messages  # nothing half-injected
             return Recall(ms=(time.perf_counter() - t0) * 1000, error=f"internal error: {type(exc).__name__}")
 
     async def _recall(
-        self, request: dict[str, Any], *, principal: str, layers: tuple[Mapping[str, Any], ...]
+        self, request: dict[str, Any], *, caller: Caller, layers: tuple[Mapping[str, Any], ...]
     ) -> Recall:
         t0 = time.perf_counter()
         messages = request.get("messages")
@@ -134,7 +135,7 @@ class MemoryLayer:
         outcome = await self.service.call_tool(
             "memory_search",
             {"query": query, "limit": self.top_k},
-            principal=principal,
+            caller=caller,
             front_door="openai",
             layers=layers,
         )
@@ -162,7 +163,7 @@ class MemoryLayer:
         request: dict[str, Any],
         reply: str | None,
         *,
-        principal: str,
+        caller: Caller,
         layers: tuple[Mapping[str, Any], ...],
         model: str,
     ) -> CaptureResult:
@@ -171,7 +172,7 @@ class MemoryLayer:
         Never raises (the chat is already answered): a failure is one of ``errors``."""
         result = CaptureResult()
         try:
-            await self._capture(request, reply, result, principal=principal, layers=layers, model=model)
+            await self._capture(request, reply, result, caller=caller, layers=layers, model=model)
         except Exception as exc:
             log.exception("auto memory: capturing a chat turn failed")
             result.errors.append(f"internal error: {type(exc).__name__}")
@@ -183,7 +184,7 @@ class MemoryLayer:
         reply: str | None,
         result: CaptureResult,
         *,
-        principal: str,
+        caller: Caller,
         layers: tuple[Mapping[str, Any], ...],
         model: str,
     ) -> CaptureResult:
@@ -203,10 +204,12 @@ class MemoryLayer:
                 continue
             outcome = await self.service.call_tool(
                 "memory_add",
-                {"content": text, "role": role, "metadata": {"source": "chat", "model": model}},
-                principal=principal,
+                {"content": text, "metadata": {"source": "chat", "model": model}},
+                caller=caller,
                 front_door="openai",
-                layers=layers,
+                # The turn's role is memtap's own knowledge, not a model's argument: the
+                # strongest layer, over an X-Memtap-Role header.
+                layers=(*layers, {"role": role}),
             )
             if outcome.event_id is not None:
                 result.event_ids.append(outcome.event_id)
