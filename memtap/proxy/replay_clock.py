@@ -100,6 +100,13 @@ _AUTH: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or unknown API key (keys configured)"},
     403: {"description": "The key may not mark that namespace, run or principal (recorded)"},
 }
+_KEYS = {
+    "parameters": [
+        {"name": key, "in": "query", "required": False, "schema": {"type": "string"},
+         "description": f"Name the mark by its {key} (give one of namespace, run, principal)"}
+        for key in ("namespace", "run", "principal")
+    ]
+}  # fmt: skip
 _BAD_KEY: dict[int | str, dict[str, Any]] = {
     422: {"description": "No ?namespace=, ?run= or ?principal= to name the mark by"}
 }
@@ -246,6 +253,7 @@ def mount_replay_clock(
         response_model=None,
         responses={200: {"model": MarkAnswer}, 404: {"description": "No mark"}, **_AUTH, **_BAD_KEY},
         tags=["replay"],
+        openapi_extra=_KEYS,
     )
     async def get_mark(request: Request) -> dict[str, Any] | JSONResponse:
         kind, value = _key_of(request)
@@ -262,6 +270,7 @@ def mount_replay_clock(
         response_model=None,
         responses={200: {"model": Cleared}, **_AUTH, **_BAD_KEY},
         tags=["replay"],
+        openapi_extra=_KEYS,
     )
     async def clear_mark(request: Request) -> dict[str, Any] | JSONResponse:
         kind, value = _key_of(request)
