@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDenied",
+    "AuthError",
     "BackendError",
     "ConfigError",
     "ContentTooLarge",
@@ -77,6 +78,14 @@ class ProxyError(MemtapError):
 
 class AccessDenied(ProxyError):
     """The access gate (enforce mode) refused to disclose a memory to the requester."""
+
+
+class AuthError(ProxyError):
+    """A request's credentials were refused; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, *, status: int = 401) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class UnknownTool(ProxyError):

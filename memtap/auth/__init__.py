@@ -1,0 +1,1 @@
+"""Authentication and authorisation: who is calling and what they may touch."""
