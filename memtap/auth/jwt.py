@@ -150,6 +150,8 @@ class JwtAuthenticator:
             claimed["kid"] = _short(header["kid"])
         subject = f" (sub {claimed['sub']!r})" if "sub" in claimed else ""
         alg = header.get("alg")
+        if alg is None:
+            raise InvalidToken(f"token header names no algorithm (alg){subject}", claimed=claimed)
         if alg not in settings.algorithms:
             raise InvalidToken(
                 f"token algorithm {_short(alg)!r} is not accepted "
