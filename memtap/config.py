@@ -225,7 +225,9 @@ class MemtapSection(BaseModel):
     )
     principals: dict[str, PrincipalEntry] = Field(default_factory=dict)
     context_args: bool = Field(default=False, description="context fields in model-facing tool schemas")
-    jwt: JwtSettings | None = Field(default=None, description="bearer JWTs from an OAuth issuer (auth/jwt.py)")
+    jwt: JwtSettings | None = Field(
+        default=None, description="bearer JWTs from an OAuth issuer (auth/jwt.py)"
+    )
 
     @field_validator("principals")
     @classmethod

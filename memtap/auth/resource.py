@@ -28,7 +28,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Scope, Send
 
-from memtap.auth.jwt import InvalidToken, JwtSettings
+from memtap.auth.jwt import InvalidToken
+from memtap.auth.jwt_config import JwtSettings
+from memtap.errors import AuthError
 
 __all__ = ["WELL_KNOWN", "ProtectedResource"]
 
@@ -122,24 +124,23 @@ class ProtectedResource:
         parts.append(f'resource_metadata="{self.metadata_url(scope)}"')
         return "Bearer " + ", ".join(parts)
 
-    async def refuse(self, scope: Scope, send: Send, message: str, error: InvalidToken | None) -> None:
-        """Answer 401 (or the error's status) with the challenge and a JSON body that names the
-        problem both ways: OAuth's ``error_description`` and the OpenAI clients' ``error.message``."""
-        status = error.status if error is not None else 401
-        code = error.error if error is not None else "invalid_token"
-        body: dict[str, Any] = {
-            "error": {"message": message, "type": "authentication_error", "code": code},
-            "error_description": message,
-        }
-        data = json.dumps(body).encode()
+    async def refuse(self, scope: Scope, send: Send, error: AuthError) -> None:
+        """Answer ``error.status`` with the challenge and a JSON body that names the problem both
+        ways: OAuth's ``error_description`` and the OpenAI clients' ``error.message``."""
+        token_error = error if isinstance(error, InvalidToken) else None
+        message = str(error)
+        detail: dict[str, Any] = {"message": message, "type": "authentication_error"}
+        if token_error is not None:
+            detail["code"] = token_error.error
+        data = json.dumps({"error": detail, "error_description": message}).encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": status,
+                "status": error.status,
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(data)).encode()),
-                    (b"www-authenticate", self.challenge(scope, error).encode("latin-1")),
+                    (b"www-authenticate", self.challenge(scope, token_error).encode("latin-1")),
                 ],
             }
         )

@@ -80,6 +80,8 @@ def jwt_authenticators(
     principals = set(config.memtap.principals)
     if settings.known_principals_only and not principals:
         raise ConfigError("memtap.jwt.known_principals_only needs memtap.principals to know anyone")
-    authenticator = JwtAuthenticator(settings, known_principal=principals.__contains__ if principals else None)
+    authenticator = JwtAuthenticator(
+        settings, known_principal=principals.__contains__ if principals else None
+    )
     authenticator.start()
     return [authenticator]

@@ -1,0 +1,249 @@
+"""memtap serve as an OAuth protected resource: real servers, the official MCP client with bearer
+JWTs signed by key pairs made in the test, and raw HTTP for the refusals."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from click.testing import CliRunner
+from conftest import ServerProcess, http_client
+from jwt_issuer import AUDIENCE, ISSUER, Issuer, ec_key, rsa_key, unsigned_token
+from test_jwt_verify import _JwksServer
+
+from memtap.cli.main import cli
+from memtap.trace.store import TraceStore
+
+pytestmark = pytest.mark.anyio
+
+StartServer = Callable[..., ServerProcess]
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+@pytest.fixture
+def issuer() -> Issuer:
+    return Issuer()
+
+
+@pytest.fixture
+def jwks_file(issuer: Issuer, tmp_path: Path) -> Path:
+    return issuer.write_jwks(tmp_path / "jwks.json")
+
+
+@pytest.fixture
+def jwks_server(issuer: Issuer) -> Iterator[_JwksServer]:
+    server = _JwksServer(issuer)
+    yield server
+    server.close()
+
+
+def jwt_flags(jwks: Path | str) -> list[str]:
+    return ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwks", str(jwks)]
+
+
+def events_of(db: Path) -> list[Any]:
+    store = TraceStore(db)
+    try:
+        return list(store.list_events())
+    finally:
+        store.close()
+
+
+def secret_bytes(issuer: Issuer, tokens: list[str]) -> dict[str, bytes]:
+    """Every secret a run must not leave behind: the tokens, and each private key (PEM, and its
+    private JWK members as base64url)."""
+    import jwt
+
+    found = {f"token {n}": token.encode() for n, token in enumerate(tokens)}
+    for key in issuer.keys:
+        found[f"{key.kid} PEM"] = key.private_pem().split(b"\n")[1]
+        algorithm = jwt.algorithms.RSAAlgorithm if key.alg == "RS256" else jwt.algorithms.ECAlgorithm
+        private_jwk = json.loads(algorithm.to_jwk(key.private))
+        found[f"{key.kid} d"] = private_jwk["d"].encode()
+        found[f"{key.kid} d raw"] = base64.urlsafe_b64decode(private_jwk["d"] + "==")[:16]
+    return found
+
+
+def leftovers(server: ServerProcess, issuer: Issuer, tokens: list[str], log: str) -> list[str]:
+    raw = b"".join(path.read_bytes() for path in server.db.parent.glob(server.db.name + "*"))
+    secrets = secret_bytes(issuer, tokens)
+    return [name for name, secret in secrets.items() if secret in raw or secret in log.encode()]
+
+
+async def test_an_mcp_client_with_a_bearer_jwt_is_served_as_the_tokens_subject(
+    start_http_server: StartServer, issuer: Issuer, jwks_file: Path
+) -> None:
+    server = start_http_server(*jwt_flags(jwks_file), "-v")
+    alice = issuer.token("alice")
+    bob = issuer.token("bob", key=issuer.keys[1])  # ES256
+    async with http_client(server.url, {"Authorization": f"Bearer {alice}"}) as client:
+        added = await client.call_tool("memory_add", {"content": "alice prefers green tea"})
+        found = await client.call_tool("memory_search", {"query": "green tea"})
+    async with http_client(server.url, {"Authorization": f"Bearer {bob}"}) as client:
+        bobs = await client.call_tool("memory_add", {"content": "bob takes the night train"})
+        bob_search = await client.call_tool("memory_search", {"query": "green tea"})
+    assert not added.is_error and not bobs.is_error
+    assert found.structured_content is not None and len(found.structured_content["results"]) == 1
+    assert bob_search.structured_content is not None and bob_search.structured_content["results"] == []
+    assert server.stop() == 0
+    log = server.stderr()
+    events = events_of(server.db)
+    assert [(e.tool, e.context.principal, e.context.namespace) for e in events] == [
+        ("memory_add", "alice", "alice"),
+        ("memory_search", "alice", "alice"),
+        ("memory_add", "bob", "bob"),
+        ("memory_search", "bob", "bob"),
+    ]
+    assert leftovers(server, issuer, [alice, bob], log) == []
+
+
+async def test_bad_tokens_get_a_bearer_challenge_are_recorded_and_change_nothing(
+    start_http_server: StartServer, issuer: Issuer, jwks_file: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "memtap.yaml"
+    config.write_text(json.dumps({"memtap": {"principals": {"alice": {}, "bob": {}}}}))
+    server = start_http_server(*jwt_flags(jwks_file), "--config", str(config), "-v")
+    import time
+
+    now = int(time.time())
+    bad = {
+        "expired": (issuer.token(ttl=-3600), 401, "token expired at "),
+        "wrong audience": (issuer.token(aud="https://elsewhere.test/mcp"), 401, "token audience 'https://elsewhere.test/mcp' is not this server"),
+        "wrong issuer": (issuer.token(iss="https://evil.test"), 401, "token issuer 'https://evil.test' is not the configured issuer"),
+        "bad signature": (issuer.token(key=rsa_key("rsa-1")), 401, "token signature does not verify with key 'rsa-1'"),
+        "unknown kid": (issuer.token(key=ec_key("ec-9")), 401, "token signature cannot be checked: no key with kid 'ec-9'"),
+        "alg none": (unsigned_token(iss=ISSUER, aud=AUDIENCE, sub="alice", exp=now + 300, scope="memory:read"), 401, "token algorithm 'none' is not accepted"),
+        "unknown principal": (issuer.token("mallory"), 401, "token subject 'mallory' is not a principal memtap knows"),
+        "no memtap scope": (issuer.token(scope="openid email"), 403, "token grants none of memtap's scopes"),
+    }  # fmt: skip
+    metadata_url = f"http://127.0.0.1:{server.port}/.well-known/oauth-protected-resource/mcp"
+    async with httpx2.AsyncClient() as http:
+        bare = await http.post(server.url, json=INITIALIZE, headers=MCP_HEADERS)
+        assert bare.status_code == 401
+        assert bare.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}"'
+        for case, (token, status, message) in bad.items():
+            answer = await http.post(
+                server.url, json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {token}"}
+            )
+            assert answer.status_code == status, (case, answer.text)
+            body = answer.json()
+            assert body["error"]["message"].startswith(message), (case, body)
+            assert body["error_description"] == body["error"]["message"]
+            challenge = answer.headers["www-authenticate"]
+            code = "insufficient_scope" if status == 403 else "invalid_token"
+            assert challenge.startswith(f'Bearer error="{code}", error_description="{message}'), (
+                case,
+                challenge,
+            )
+            assert challenge.endswith(f'resource_metadata="{metadata_url}"')
+            assert token not in answer.text and token not in challenge
+        scope_challenge = answer.headers["www-authenticate"]
+        assert 'scope="memory:read memory:write memory:delete memory:admin"' in scope_challenge
+        assert (await http.get(f"http://127.0.0.1:{server.port}/healthz")).json()["status"] == "ok"
+    async with http_client(server.url, {"Authorization": f"Bearer {issuer.token('alice')}"}) as client:
+        listed = await client.call_tool("memory_list", {})
+    assert listed.structured_content is not None and listed.structured_content["items"] == []
+    assert server.stop() == 0
+    log = server.stderr()
+    events = events_of(server.db)
+    refused = [e for e in events if e.tool == "authenticate"]
+    assert [(e.status, e.op.value, e.context.principal, e.front_door) for e in refused] == [
+        ("error", "control", "unauthenticated", "mcp-http")
+    ] * len(bad)
+    assert [
+        e.error.split(": ", 1)[1][: len(m)] for e, (_, _, m) in zip(refused, bad.values(), strict=True)
+    ] == [m for _, _, m in bad.values()]
+    assert [e.error.split(":", 1)[0] for e in refused] == [f"HTTP {s}" for _, s, _ in bad.values()]
+    assert refused[0].arguments == {
+        "path": "/mcp", "method": "POST", "scheme": "Bearer", "via": "jwt",
+        "claimed": {"sub": "alice", "iss": ISSUER, "kid": "rsa-1"},
+    }  # fmt: skip
+    assert [e.tool for e in events if e.tool != "authenticate"] == ["memory_list"]
+    assert leftovers(server, issuer, [token for token, _, _ in bad.values()], log) == []
+
+
+async def test_the_protected_resource_metadata_names_the_issuer_and_scopes(
+    start_http_server: StartServer, jwks_file: Path
+) -> None:
+    server = start_http_server(*jwt_flags(jwks_file))
+    base = f"http://127.0.0.1:{server.port}"
+    async with httpx2.AsyncClient() as http:
+        suffixed = await http.get(f"{base}/.well-known/oauth-protected-resource/mcp")
+        root = await http.get(f"{base}/.well-known/oauth-protected-resource")
+        elsewhere = await http.get(f"{base}/.well-known/oauth-protected-resource/admin")
+        openai = await http.get(f"{base}/v1/models")
+    expected = {
+        "resource": f"{base}/mcp",
+        "authorization_servers": [f"{ISSUER}/"],
+        "scopes_supported": ["memory:read", "memory:write", "memory:delete", "memory:admin"],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "memtap",
+    }
+    assert suffixed.status_code == 200 and suffixed.json() == expected
+    assert root.json() == expected
+    assert elsewhere.status_code == 404
+    assert openai.status_code == 401
+    assert openai.headers["www-authenticate"] == (
+        f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"'
+    )
+
+
+async def test_a_configured_resource_is_the_documents_resource_and_the_default_audience(
+    start_http_server: StartServer, issuer: Issuer, jwks_file: Path
+) -> None:
+    resource = "https://memtap.example.com/mcp"
+    server = start_http_server("--jwt-issuer", ISSUER, "--jwks", str(jwks_file), "--jwt-resource", resource)
+    async with httpx2.AsyncClient() as http:
+        document = (
+            await http.get(f"http://127.0.0.1:{server.port}/.well-known/oauth-protected-resource/mcp")
+        ).json()
+        for_resource = await http.post(
+            server.url,
+            json=INITIALIZE,
+            headers={**MCP_HEADERS, "authorization": f"Bearer {issuer.token(aud=resource)}"},
+        )
+        for_other = await http.post(
+            server.url, json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {issuer.token()}"}
+        )
+    assert document["resource"] == resource
+    assert for_resource.status_code == 200
+    assert for_other.status_code == 401
+    assert (
+        'resource_metadata="https://memtap.example.com/.well-known/oauth-protected-resource/mcp"'
+        in (for_other.headers["www-authenticate"])
+    )
+
+
+async def test_a_jwks_served_over_loopback_http_verifies_tokens(
+    start_http_server: StartServer, issuer: Issuer, jwks_server: _JwksServer
+) -> None:
+    server = start_http_server(*jwt_flags(jwks_server.url))
+    async with http_client(
+        server.url, {"Authorization": f"Bearer {issuer.token('alice', key=issuer.keys[1])}"}
+    ) as c:
+        added = await c.call_tool("memory_add", {"content": "fetched keys work"})
+    assert not added.is_error and jwks_server.fetches == 1
+
+
+def test_serve_with_an_unusable_jwks_stops_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    result = CliRunner().invoke(cli, ["serve", *jwt_flags(missing), "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2
+    assert result.output.strip().endswith(f"cannot read JWKS file {missing}: No such file or directory")
+    partial = CliRunner().invoke(cli, ["serve", "--jwt-issuer", ISSUER, "--db", str(tmp_path / "t.db")])
+    assert partial.exit_code == 2 and "bearer JWTs need --jwks" in partial.output
