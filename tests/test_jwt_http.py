@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 import pytest
 from click.testing import CliRunner
-from conftest import ServerProcess, http_client
+from conftest import ServerProcess, http_client, meta
 from jwt_issuer import AUDIENCE, ISSUER, Issuer, ec_key, rsa_key, unsigned_token
 from test_jwt_verify import _JwksServer
 
@@ -247,3 +247,96 @@ def test_serve_with_an_unusable_jwks_stops_with_one_line(tmp_path: Path) -> None
     assert result.output.strip().endswith(f"cannot read JWKS file {missing}: No such file or directory")
     partial = CliRunner().invoke(cli, ["serve", "--jwt-issuer", ISSUER, "--db", str(tmp_path / "t.db")])
     assert partial.exit_code == 2 and "bearer JWTs need --jwks" in partial.output
+
+
+async def test_three_principals_with_jwts_get_their_grants_and_every_crossing_is_refused_and_recorded(
+    start_http_server: StartServer, issuer: Issuer, jwks_file: Path, tmp_path: Path
+) -> None:
+    """alice and bob hold personal tokens; ``app`` serves end users under ``users/*`` and acts for
+    them. Grants come from memtap.principals, the tokens' scopes cap them."""
+    config = tmp_path / "memtap.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "memtap": {
+                    "principals": {
+                        "alice": {},
+                        "bob": {},
+                        "app": {"grants": {"users/*": ["read", "write", "delete"]}, "act_for": ["users/*"]},
+                    }
+                }
+            }
+        )
+    )
+    server = start_http_server(*jwt_flags(jwks_file), "--config", str(config))
+    tokens = {
+        "alice": issuer.token("alice"),
+        "alice-read": issuer.token("alice", scope="memory:read"),
+        "bob": issuer.token("bob", key=issuer.keys[1]),
+        "app": issuer.token("app"),
+    }
+
+    def bearer(name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {tokens[name]}"}
+
+    async with http_client(server.url, bearer("alice")) as alice:
+        note = await alice.call_tool("memory_add", {"content": "alice's passport number is X123"})
+        own = await alice.call_tool("memory_search", {"query": "passport"})
+    note_id = note.structured_content["id"]  # type: ignore[index]
+    async with http_client(server.url, bearer("alice-read")) as reader:
+        read_only_search = await reader.call_tool("memory_search", {"query": "passport"})
+        read_only_add = await reader.call_tool("memory_add", {"content": "a read-only token writes"})
+    async with http_client(server.url, bearer("bob")) as bob:
+        bob_search = await bob.call_tool("memory_search", {"query": "passport"}, meta=meta(namespace="alice"))
+        bob_get = await bob.call_tool("memory_get", {"id": note_id}, meta=meta(namespace="alice"))
+        bob_add = await bob.call_tool("memory_add", {"content": "planted"}, meta=meta(namespace="alice"))
+        bob_update = await bob.call_tool(
+            "memory_update", {"id": note_id, "content": "changed"}, meta=meta(namespace="alice")
+        )
+        bob_delete = await bob.call_tool("memory_delete", {"id": note_id}, meta=meta(namespace="alice"))
+        bob_own = await bob.call_tool("memory_add", {"content": "bob's own note"})
+    async with http_client(server.url, bearer("app")) as app:
+        carol = await app.call_tool(
+            "memory_add",
+            {"content": "carol likes jazz"},
+            meta=meta(namespace="users/carol", requester="users/carol"),
+        )
+        carol_search = await app.call_tool(
+            "memory_search", {"query": "jazz"}, meta=meta(namespace="users/carol", requester="users/carol")
+        )
+        app_alice = await app.call_tool("memory_search", {"query": "passport"}, meta=meta(namespace="alice"))
+    allowed = [note, own, read_only_search, bob_own, carol, carol_search]
+    assert [result.is_error for result in allowed] == [False] * len(allowed)
+    assert own.structured_content is not None and len(own.structured_content["results"]) == 1
+    assert (
+        read_only_search.structured_content is not None
+        and len(read_only_search.structured_content["results"]) == 1
+    )
+    assert (
+        carol_search.structured_content is not None and len(carol_search.structured_content["results"]) == 1
+    )
+    refused = [read_only_add, bob_search, bob_get, bob_add, bob_update, bob_delete, app_alice]
+    assert [result.is_error for result in refused] == [True] * len(refused)
+    assert server.stop() == 0
+    events = events_of(server.db)
+    refusals = [
+        (e.context.principal, e.tool, e.context.namespace, e.error) for e in events if e.status == "error"
+    ]
+    assert refusals == [
+        ("alice", "memory_add", "alice", "principal 'alice' may not write namespace 'alice': its token's scopes (read) do not include it"),
+        ("bob", "memory_search", "alice", "principal 'bob' may not read namespace 'alice': none of its grants matches that namespace"),
+        ("bob", "memory_get", "alice", "principal 'bob' may not read namespace 'alice': none of its grants matches that namespace"),
+        ("bob", "memory_add", "alice", "principal 'bob' may not write namespace 'alice': none of its grants matches that namespace"),
+        ("bob", "memory_update", "alice", "principal 'bob' may not write namespace 'alice': none of its grants matches that namespace"),
+        ("bob", "memory_delete", "alice", "principal 'bob' may not delete namespace 'alice': none of its grants matches that namespace"),
+        ("app", "memory_search", "alice", "principal 'app' may not read namespace 'alice': none of its grants matches that namespace"),
+    ]  # fmt: skip
+    store = TraceStore(server.db)
+    try:
+        item = store.get_item(note_id)
+    finally:
+        store.close()
+    assert item is not None and (item.content, item.version, item.valid_to) == (
+        "alice's passport number is X123", 1, None,
+    )  # fmt: skip
+    assert leftovers(server, issuer, list(tokens.values()), "") == []
