@@ -124,7 +124,7 @@ class Authentication:
             caller = each.authenticate(headers)
             if caller is not None:
                 return caller
-        raise AuthError("missing or unknown credentials (Authorization: Bearer KEY)", status=401)
+        raise AuthError("missing or unknown API key or token (Authorization: Bearer KEY)", status=401)
 
     def caller_or_none(self, headers: Mapping[str, str]) -> Caller | None:
         try:

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from memtap.errors import ConfigError, Forbidden
+from memtap.trace.models import Op
 
 if TYPE_CHECKING:
     from memtap.auth.caller import Caller
@@ -35,6 +36,7 @@ __all__ = [
     "PrincipalPolicy",
     "Right",
     "parse_rights",
+    "right_for",
 ]
 
 
@@ -257,3 +259,19 @@ class Policy:
                         f"grant {grant.pattern!r} of principal {name!r} matches no namespace in the database"
                     )
         return warnings
+
+
+def right_for(op: Op) -> Right | None:
+    """The right a call of lifecycle ``op`` needs on its namespace (None: no memory touched).
+    Tools memtap cannot classify (``control``) need ``write``: they may change anything."""
+    return _RIGHT_OF_OP.get(op)
+
+
+_RIGHT_OF_OP = {
+    Op.RETRIEVE: Right.READ,
+    Op.READ: Right.READ,
+    Op.WRITE: Right.WRITE,
+    Op.UPDATE: Right.WRITE,
+    Op.DELETE: Right.DELETE,
+    Op.CONTROL: Right.WRITE,
+}
