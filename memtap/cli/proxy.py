@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
@@ -150,10 +151,12 @@ class _ProxyGroup(click.Group):
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
 @auth_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
+@jwt_options
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
 def proxy(
     ctx: click.Context,
+    /,
     config: Path | None,
     stdio: bool,
     http: str | None,
@@ -173,6 +176,7 @@ def proxy(
     context_args: bool | None,
     console_spans: bool,
     verbose: bool,
+    **jwt_flags: str | None,
 ) -> None:
     """Wrap MCP servers (a config's mcpServers, or one command after --) and record every call.
 
@@ -195,6 +199,8 @@ def proxy(
     if explain:
         anyio.run(lambda: _explain(servers, inherit, timeout))
         return
+    bearer_jwts = jwt_authenticators(loaded, **jwt_flags)
+    gate = (loaded.memtap.gate or "enforce") if bearer_jwts else None
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
@@ -202,7 +208,8 @@ def proxy(
         config=loaded,
         default_principal=principal,
         console_spans=console_spans,
-        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args),
+        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
+        authenticators=bearer_jwts,
         upstreams=servers,
         upstream_eager=start == "eager",
         upstream_timeout=timeout,
