@@ -88,7 +88,7 @@ def leftovers(server: ServerProcess, issuer: Issuer, tokens: list[str], log: str
 async def test_an_mcp_client_with_a_bearer_jwt_is_served_as_the_tokens_subject(
     start_http_server: StartServer, issuer: Issuer, jwks_file: Path
 ) -> None:
-    server = start_http_server(*jwt_flags(jwks_file), "-v")
+    server = start_http_server(*jwt_flags(jwks_file), "-v", "--console-spans")
     alice = issuer.token("alice")
     bob = issuer.token("bob", key=issuer.keys[1])  # ES256
     async with http_client(server.url, {"Authorization": f"Bearer {alice}"}) as client:
@@ -117,7 +117,7 @@ async def test_bad_tokens_get_a_bearer_challenge_are_recorded_and_change_nothing
 ) -> None:
     config = tmp_path / "memtap.yaml"
     config.write_text(json.dumps({"memtap": {"principals": {"alice": {}, "bob": {}}}}))
-    server = start_http_server(*jwt_flags(jwks_file), "--config", str(config), "-v")
+    server = start_http_server(*jwt_flags(jwks_file), "--config", str(config), "-v", "--console-spans")
     import time
 
     now = int(time.time())
@@ -160,6 +160,7 @@ async def test_bad_tokens_get_a_bearer_challenge_are_recorded_and_change_nothing
     assert listed.structured_content is not None and listed.structured_content["items"] == []
     assert server.stop() == 0
     log = server.stderr()
+    assert log.count('"authenticate"') >= len(bad) and "token expired at" in log  # spans, printed
     events = events_of(server.db)
     refused = [e for e in events if e.tool == "authenticate"]
     assert [(e.status, e.op.value, e.context.principal, e.front_door) for e in refused] == [
