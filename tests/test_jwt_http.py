@@ -341,3 +341,41 @@ async def test_three_principals_with_jwts_get_their_grants_and_every_crossing_is
         "alice's passport number is X123", 1, None,
     )  # fmt: skip
     assert leftovers(server, issuer, list(tokens.values()), "") == []
+
+
+async def test_the_three_key_end_to_end_test_holds_with_jwts_instead_of_keys(
+    start_http_server: StartServer,
+    upstream: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    issuer: Issuer,
+    jwks_file: Path,
+    db_path: Path,
+) -> None:
+    """tests/test_auth_e2e.py, every step and every asserted refusal, with alice, bob and app
+    presenting bearer JWTs (RSA for alice and app, EC for bob) and the config naming no keys."""
+    import copy
+
+    import test_auth_e2e as keyed
+
+    config = copy.deepcopy(keyed.CONFIG)
+    for entry in config["memtap"]["principals"].values():
+        del entry["keys"]
+    config["memtap"]["jwt"] = {"issuer": ISSUER, "audience": AUDIENCE, "jwks": str(jwks_file)}
+    tokens = {
+        "ALICE": issuer.token("alice"),
+        "BOB": issuer.token("bob", key=issuer.keys[1]),
+        "APP": issuer.token("app"),
+    }
+    monkeypatch.setattr(keyed, "CONFIG", config)
+    for name, token in tokens.items():
+        monkeypatch.setattr(keyed, name, token)
+    await keyed.test_grants_hold_over_mcp_the_chat_proxy_and_the_replay_clock(
+        start_http_server, upstream, tmp_path
+    )
+    db = db_path
+    raw = b"".join(path.read_bytes() for path in db.parent.glob(db.name + "*"))
+    secrets = secret_bytes(issuer, list(tokens.values()))
+    assert [name for name, secret in secrets.items() if secret in raw] == []
+    events = events_of(db)
+    assert {e.context.principal for e in events if e.tool.startswith("memory_")} == {"alice", "bob", "app"}
