@@ -311,3 +311,18 @@ async def test_the_sdk_token_verifier_interface_gives_an_access_token_or_none(
         AUDIENCE,
     )
     assert await auth.verify_token(issuer.token(ttl=-3600)) is None
+
+
+def test_a_key_removed_from_the_jwks_stops_verifying_remembered_tokens_once_the_set_reloads(
+    issuer: Issuer, jwks_file: Path
+) -> None:
+    auth = verifier(jwks_file)
+    old = issuer.token("alice")
+    assert auth.authenticate(bearer(old)) is not None
+    assert auth.authenticate(bearer(old)) is not None  # remembered: no second signature check
+    replacement = rsa_key("rsa-2")
+    issuer.keys = [replacement]
+    issuer.write_jwks(jwks_file)
+    assert auth.authenticate(bearer(issuer.token("bob", key=replacement))) is not None  # new kid: reload
+    with pytest.raises(InvalidToken, match=r"no key with kid 'rsa-1' in the JWKS \(it holds 'rsa-2'\)"):
+        auth.authenticate(bearer(old))

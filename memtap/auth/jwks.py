@@ -95,6 +95,7 @@ class KeySource:
         self._lock = threading.Lock()
         self._fetching: threading.Thread | None = None
         self.last_error: str | None = None
+        self.generation = 0  # counts loads: what was verified with an older set is checked again
 
     @property
     def is_url(self) -> bool:
@@ -114,6 +115,7 @@ class KeySource:
         keys = parse_jwks(data, self.where)
         with self._lock:
             self._set, self._stamp = (keys, {}), stamp
+            self.generation += 1
             self._loaded_at = time.monotonic()
             self.last_error = None
 

@@ -14,6 +14,7 @@ claimed subject, never the token.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -34,6 +35,8 @@ __all__ = [
     "looks_like_jwt",
 ]
 
+VERIFIED_TTL_S = 60.0
+VERIFIED_MAX = 10_000
 BearerErrorCode = Literal["invalid_request", "invalid_token", "insufficient_scope"]
 
 
@@ -100,6 +103,7 @@ class JwtAuthenticator:
         self.known_principal = known_principal if (only is None or only) else None
         if only and known_principal is None:
             self.known_principal = lambda _: False  # asked for, yet no principals: refuse everyone
+        self._verified: dict[str, tuple[Caller, float, int]] = {}
 
     def start(self) -> None:
         """Load the key set now (a missing file or unreachable URL is a ConfigError at start-up)."""
@@ -131,8 +135,24 @@ class JwtAuthenticator:
         )
 
     def verify(self, token: str) -> Caller:
-        """The caller a token proves, or InvalidToken saying why not."""
-        return self._verify(token)[1]
+        """The caller a token proves, or InvalidToken saying why not.
+
+        A verified token is remembered (until it expires, for at most ``VERIFIED_TTL_S``, and
+        only while the key set is the one that verified it): an MCP client sends the same token
+        with every request, and a signature check costs about a millisecond. Refusals are never
+        remembered."""
+        now = time.time()
+        hit = self._verified.get(token)
+        if hit is not None and now < hit[1] and hit[2] == self.keys.generation:
+            return hit[0]
+        generation = self.keys.generation
+        claims, caller = self._verify(token)
+        exp = claims.get("exp")
+        until = min(float(exp), now + VERIFIED_TTL_S) if isinstance(exp, int | float) else now
+        if len(self._verified) >= VERIFIED_MAX:
+            self._verified.clear()
+        self._verified[token] = (caller, until, generation)
+        return caller
 
     def _verify(self, token: str) -> tuple[dict[str, Any], Caller]:
         settings = self.settings
