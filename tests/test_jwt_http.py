@@ -190,7 +190,7 @@ async def test_the_protected_resource_metadata_names_the_issuer_and_scopes(
         openai = await http.get(f"{base}/v1/models")
     expected = {
         "resource": f"{base}/mcp",
-        "authorization_servers": [f"{ISSUER}/"],
+        "authorization_servers": [ISSUER],  # as configured: no trailing slash added
         "scopes_supported": ["memory:read", "memory:write", "memory:delete", "memory:admin"],
         "bearer_methods_supported": ["header"],
         "resource_name": "memtap",
@@ -379,3 +379,38 @@ async def test_the_three_key_end_to_end_test_holds_with_jwts_instead_of_keys(
     assert [name for name, secret in secrets.items() if secret in raw] == []
     events = events_of(db)
     assert {e.context.principal for e in events if e.tool.startswith("memory_")} == {"alice", "bob", "app"}
+
+
+async def test_memtap_proxy_accepts_jwts_and_names_each_upstreams_metadata(
+    tmp_path: Path,
+    memory_server: dict[str, Any],
+    start_http_server: StartServer,
+    issuer: Issuer,
+    jwks_file: Path,
+) -> None:
+    config = tmp_path / "memtap.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": memory_server}}))
+    server = start_http_server("--config", str(config), *jwt_flags(jwks_file), command="proxy")
+    base = f"http://127.0.0.1:{server.port}"
+    async with httpx2.AsyncClient() as http:
+        document = (await http.get(f"{base}/.well-known/oauth-protected-resource/servers/memory/mcp")).json()
+        bare = await http.post(f"{base}/servers/memory/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+    assert document["resource"] == f"{base}/servers/memory/mcp"
+    assert bare.status_code == 401
+    assert bare.headers["www-authenticate"] == (
+        f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/servers/memory/mcp"'
+    )
+    async with http_client(
+        f"{base}/servers/memory/mcp", {"Authorization": f"Bearer {issuer.token('alice')}"}
+    ) as c:
+        names = {tool.name for tool in (await c.list_tools()).tools}
+        created = await c.call_tool(
+            "create_entities",
+            {"entities": [{"name": "gym", "entityType": "place", "observations": ["Tuesdays"]}]},
+        )
+    assert "create_entities" in names and not created.is_error
+    assert server.stop() == 0
+    events = [e for e in events_of(server.db) if e.tool == "create_entities"]
+    assert [(e.context.principal, e.context.namespace, e.status) for e in events] == [
+        ("alice", "alice", "ok")
+    ]

@@ -86,12 +86,16 @@ class ProtectedResource:
             if settings.resource is not None and resource_path == self._default_path
             else f"{self.origin(scope)}{resource_path}"
         )
-        return ProtectedResourceMetadata(
-            resource=AnyHttpUrl(resource),
-            authorization_servers=[AnyHttpUrl(each) for each in settings.authorization_servers],
-            scopes_supported=list(settings.scopes),
-            bearer_methods_supported=["header"],
-            resource_name="memtap",
+        # Validated from strings, so the model keeps URLs as configured (an issuer without a path
+        # stays without a trailing slash: clients compare issuer identifiers exactly, RFC 8414).
+        return ProtectedResourceMetadata.model_validate(
+            {
+                "resource": resource,
+                "authorization_servers": settings.authorization_servers,
+                "scopes_supported": list(settings.scopes),
+                "bearer_methods_supported": ["header"],
+                "resource_name": "memtap",
+            }
         )
 
     def routes(self) -> list[Route]:
