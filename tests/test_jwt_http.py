@@ -414,3 +414,27 @@ async def test_memtap_proxy_accepts_jwts_and_names_each_upstreams_metadata(
     assert [(e.context.principal, e.context.namespace, e.status) for e in events] == [
         ("alice", "alice", "ok")
     ]
+
+
+async def test_a_jwt_caller_is_pinned_to_its_principals_namespace_like_its_key_would_be(
+    start_http_server: StartServer, issuer: Issuer, jwks_file: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "memtap.json"
+    kiosk = {"namespace": "lobby", "grants": {"lobby": ["read", "write"]}}
+    config.write_text(json.dumps({"memtap": {"principals": {"kiosk": kiosk}}}))
+    server = start_http_server("--config", str(config), *jwt_flags(jwks_file))
+    auth = {"Authorization": f"Bearer {issuer.token('kiosk')}"}
+    async with http_client(server.url, auth) as client:
+        added = await client.call_tool("memory_add", {"content": "welcome"})
+    async with http_client(server.url, {**auth, "X-Memtap-Namespace": "office"}) as escaping:
+        refused = await escaping.call_tool("memory_search", {"query": "welcome"})
+    assert not added.is_error and refused.is_error
+    assert refused.content[0].text == (  # type: ignore[union-attr]
+        "namespace='office' in the request contradicts namespace='lobby' fixed for principal 'kiosk' by the operator"
+    )
+    assert server.stop() == 0
+    events = events_of(server.db)
+    assert [(e.tool, e.status, e.context.principal, e.context.namespace) for e in events] == [
+        ("memory_add", "ok", "kiosk", "lobby"),
+        ("memory_search", "error", "kiosk", "office"),
+    ]

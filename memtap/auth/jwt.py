@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Literal
 
 import jwt
@@ -35,6 +36,7 @@ __all__ = [
     "looks_like_jwt",
 ]
 
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
 VERIFIED_TTL_S = 60.0
 VERIFIED_MAX = 10_000
 BearerErrorCode = Literal["invalid_request", "invalid_token", "insufficient_scope"]
@@ -88,12 +90,17 @@ class JwtAuthenticator:
 
     ``known_principal`` says whether memtap has a principals entry for a subject; with
     ``known_principals_only`` (default: when it is given) tokens for others are refused.
+    ``pinned``: by principal, the context fields the operator fixed (as for API keys).
     """
 
     via = "jwt"
 
     def __init__(
-        self, settings: JwtSettings, *, known_principal: Callable[[str], bool] | None = None
+        self,
+        settings: JwtSettings,
+        *,
+        known_principal: Callable[[str], bool] | None = None,
+        pinned: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.settings = settings
         self.keys = KeySource(
@@ -104,6 +111,9 @@ class JwtAuthenticator:
         if only and known_principal is None:
             self.known_principal = lambda _: False  # asked for, yet no principals: refuse everyone
         self._verified: dict[str, tuple[Caller, float, int]] = {}
+        # Context fields the operator fixed, by principal (a principal's config ``namespace``):
+        # a token's caller is pinned exactly as the same principal's API key is.
+        self._pinned = {name: MappingProxyType(dict(fields)) for name, fields in (pinned or {}).items()}
 
     def start(self) -> None:
         """Load the key set now (a missing file or unreachable URL is a ConfigError at start-up)."""
@@ -245,7 +255,7 @@ class JwtAuthenticator:
                 scope=" ".join(settings.scopes),
                 claimed=claimed,
             )
-        return claims, Caller(principal=principal, via="jwt", scopes=rights)
+        return claims, Caller(principal, "jwt", scopes=rights, pinned=self._pinned.get(principal, _NOTHING))
 
     def _granted_scopes(self, claims: Mapping[str, Any]) -> list[str]:
         raw = claims.get(self.settings.scope_claim)

@@ -81,7 +81,9 @@ def jwt_authenticators(
     if settings.known_principals_only and not principals:
         raise ConfigError("memtap.jwt.known_principals_only needs memtap.principals to know anyone")
     authenticator = JwtAuthenticator(
-        settings, known_principal=principals.__contains__ if principals else None
+        settings,
+        known_principal=principals.__contains__ if principals else None,
+        pinned=config.memtap.pinned_fields(),
     )
     authenticator.start()
     return [authenticator]
