@@ -400,9 +400,8 @@ async def test_memtap_proxy_accepts_jwts_and_names_each_upstreams_metadata(
     assert bare.headers["www-authenticate"] == (
         f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/servers/memory/mcp"'
     )
-    async with http_client(
-        f"{base}/servers/memory/mcp", {"Authorization": f"Bearer {issuer.token('alice')}"}
-    ) as c:
+    token = issuer.token("alice")
+    async with http_client(f"{base}/servers/memory/mcp", {"Authorization": f"Bearer {token}"}) as c:
         names = {tool.name for tool in (await c.list_tools()).tools}
         created = await c.call_tool(
             "create_entities",
@@ -414,6 +413,11 @@ async def test_memtap_proxy_accepts_jwts_and_names_each_upstreams_metadata(
     assert [(e.context.principal, e.context.namespace, e.status) for e in events] == [
         ("alice", "alice", "ok")
     ]
+    written = b"".join(
+        path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()
+    )  # status files too
+    secrets = secret_bytes(issuer, [token])
+    assert [name for name, secret in secrets.items() if secret in written] == []
 
 
 async def test_a_jwt_caller_is_pinned_to_its_principals_namespace_like_its_key_would_be(
