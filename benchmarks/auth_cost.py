@@ -119,6 +119,25 @@ def resolve_rows(n: int = 20_000, blocks: int = 10) -> list[tuple[str, float, fl
     ]
 
 
+def gate_rows(n: int = 20_000, blocks: int = 10) -> list[tuple[str, float, float]]:
+    """The HTTP gate making the request's caller: keyless (``local``) against one of 1,001 keys."""
+    from memtap.auth import ApiKeyAuthenticator, Authentication, LocalAuthenticator
+
+    keys = {f"k-bench-{i}": f"p{i}" for i in range(PRINCIPALS)}
+    keys["k-bench-app"] = "app"
+    keyed, keyless = Authentication([ApiKeyAuthenticator(keys)]), Authentication([LocalAuthenticator()])
+    with_key = {"authorization": "Bearer k-bench-app", "x-memtap-session": "s1"}
+    without = {"x-memtap-session": "s1"}
+    fns = {"base": lambda _: keyless.authenticate(without), "checked": lambda _: keyed.authenticate(with_key)}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        _timed(fn, 500)
+    for _ in range(blocks):
+        for name, fn in fns.items():
+            samples[name] += _timed(fn, n // blocks)
+    return [("gate: one key of 1,001", _p50_us(samples["base"]), _p50_us(samples["checked"]))]
+
+
 def chat_rows(n: int = 20_000, blocks: int = 10) -> list[tuple[str, float, float]]:
     """The chat front door's per-request authorisation in auto mode, with and without grants."""
     from memtap.auth import Caller, Policy, Right, fields_from_headers, local_caller, resolve_context
@@ -204,6 +223,7 @@ def print_rows(title: str, rows: list[tuple[str, float, float]]) -> None:
 
 
 def main() -> None:
+    print_rows("authorisation, the gate", gate_rows())
     print_rows("authorisation, resolver alone", resolve_rows())
     print_rows("authorisation, chat front door step", chat_rows())
     print_rows("authorisation, memory service", asyncio.run(service_rows()))

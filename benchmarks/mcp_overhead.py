@@ -908,6 +908,7 @@ def main() -> None:
     import auth_cost
 
     n_auth = 2_000 if args.quick else 20_000
+    auth_cost.print_rows("Part 3: authorisation, the HTTP gate", auth_cost.gate_rows(n_auth))
     auth_cost.print_rows("Part 3: authorisation, context resolver", auth_cost.resolve_rows(n_auth))
     service = asyncio.run(auth_cost.service_rows(n_auth // 5))
     auth_cost.print_rows("Part 3: authorisation, memory service", service)

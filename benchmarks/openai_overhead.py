@@ -297,6 +297,7 @@ async def run(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import auth_cost
 
+    auth_cost.print_rows("authorisation, the HTTP gate, in-process", auth_cost.gate_rows())
     auth_cost.print_rows("authorisation, chat front door step, in-process", auth_cost.chat_rows())
 
 

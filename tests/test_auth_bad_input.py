@@ -139,3 +139,22 @@ async def test_a_header_contradicting_the_operators_pin_is_refused_and_recorded(
         ("memory_add", "ok", "lobby"),
         ("memory_search", "error", "office"),
     ]
+
+
+@pytest.mark.anyio
+async def test_a_failed_call_is_recorded_with_the_namespace_and_session_it_asked_for(
+    start_http_server: StartServer,
+) -> None:
+    server = start_http_server("--api-key", "k-alice=alice", "--context-args")
+    async with http_client(server.url, {"Authorization": "Bearer k-alice"}) as alice:
+        bad = await alice.call_tool(
+            "memory_add", {"content": "x", "namespace": "bob", "role": "villain", "session": "s5"}
+        )
+    assert server.stop() == 0
+    assert bad.is_error and "role" in _text(bad)
+    store = TraceStore(server.db)
+    [event] = store.list_events()
+    store.close()
+    assert (event.context.principal, event.context.namespace, event.context.session, event.context.role) == (
+        "alice", "bob", "s5", None,
+    )  # fmt: skip

@@ -169,10 +169,12 @@ class MemoryLayer:
                 continue
             outcome = await self.service.call_tool(
                 "memory_add",
-                {"content": text, "role": role, "metadata": {"source": "chat", "model": model}},
+                {"content": text, "metadata": {"source": "chat", "model": model}},
                 caller=caller,
                 front_door="openai",
-                layers=layers,
+                # The turn's role is memtap's own knowledge, not a model's argument: the
+                # strongest layer, over an X-Memtap-Role header.
+                layers=(*layers, {"role": role}),
             )
             if outcome.event_id is not None:
                 result.event_ids.append(outcome.event_id)

@@ -57,8 +57,10 @@ class Settings:
     pinned: dict[str, dict[str, str]] = field(default_factory=dict)
     # Offer the context fields (namespace, session, ...) in the model-facing tool schemas.
     context_args: bool = False
-    # Authenticators tried before the API keys (a JWT verifier, say).
+    # Authenticators tried after the API keys (a JWT verifier, say).
     authenticators: list[Authenticator] = field(default_factory=list)
+    # The WWW-Authenticate value of a 401 (a JWT set-up adds its resource_metadata URL).
+    challenge: str = "Bearer"
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     console_spans: bool = False
     # Batch trace writes for this long (not in durable mode); see Recorder.
@@ -80,11 +82,11 @@ class Settings:
         """The authenticators of this process: credentials when any are configured, else the
         keyless single-user mode (every caller ``local``)."""
         if not self.authenticated:
-            return Authentication([LocalAuthenticator(self.default_principal)])
+            return Authentication([LocalAuthenticator(self.default_principal)], challenge=self.challenge)
         found: list[Authenticator] = list(self.authenticators)
         if self.api_keys:
             found.insert(0, ApiKeyAuthenticator(self.api_keys, self.pinned))
-        return Authentication(found)
+        return Authentication(found, challenge=self.challenge)
 
     def check_bind(self, host: str) -> None:
         """A memory proxy is never opened to a network by accident."""
