@@ -292,8 +292,8 @@ def test_bad_jwt_settings_name_the_field(settings: dict[str, Any], expected: str
 
 def test_the_resource_is_the_default_audience_and_the_issuer_the_default_authorization_server() -> None:
     settings = JwtSettings(issuer=ISSUER, jwks="jwks.json", resource="https://memtap.example/mcp")
-    assert settings.audience == ["https://memtap.example/mcp"]
-    assert settings.authorization_servers == [ISSUER]
+    assert settings.audiences == ["https://memtap.example/mcp"]
+    assert settings.issuers == [ISSUER]
 
 
 @pytest.mark.anyio
@@ -326,3 +326,29 @@ def test_a_key_removed_from_the_jwks_stops_verifying_remembered_tokens_once_the_
     assert auth.authenticate(bearer(issuer.token("bob", key=replacement))) is not None  # new kid: reload
     with pytest.raises(InvalidToken, match=r"no key with kid 'rsa-1' in the JWKS \(it holds 'rsa-2'\)"):
         auth.authenticate(bearer(old))
+
+
+def test_flags_override_the_configs_jwt_fields_and_what_was_derived_from_them(tmp_path: Path) -> None:
+    from memtap.cli.jwt import jwt_authenticators
+    from memtap.config import ConfigFile
+
+    jwks = Issuer().write_jwks(tmp_path / "jwks.json")
+    config = ConfigFile.model_validate(
+        {"memtap": {"jwt": {"issuer": ISSUER, "resource": "https://old.test/mcp", "jwks": str(jwks)}}}
+    )
+    [auth] = jwt_authenticators(
+        config,
+        jwt_issuer="https://new-issuer.test",
+        jwt_audience=None,
+        jwks=None,
+        jwt_resource="https://new.test/mcp",
+    )
+    assert (auth.settings.issuer, auth.settings.audiences, auth.settings.issuers) == (
+        "https://new-issuer.test",
+        ["https://new.test/mcp"],
+        ["https://new-issuer.test"],
+    )
+    assert (
+        jwt_authenticators(ConfigFile(), jwt_issuer=None, jwt_audience=None, jwks=None, jwt_resource=None)
+        == []
+    )

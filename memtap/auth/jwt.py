@@ -200,7 +200,7 @@ class JwtAuthenticator:
                 token,
                 key=key,
                 algorithms=[str(alg)],
-                audience=settings.audience,
+                audience=settings.audiences,
                 issuer=settings.issuer,
                 leeway=settings.leeway_s,
                 options={"require": ["exp", "iss", "aud", settings.principal_claim]},
@@ -216,7 +216,7 @@ class JwtAuthenticator:
         except jwt.InvalidAudienceError:
             raise InvalidToken(
                 f"token audience {_short(unverified.get('aud'))!r} is not this server "
-                f"(expected {' or '.join(settings.audience)}){subject}",
+                f"(expected {' or '.join(settings.audiences)}){subject}",
                 claimed=claimed,
             ) from None
         except jwt.InvalidIssuerError:

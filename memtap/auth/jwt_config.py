@@ -74,10 +74,18 @@ class JwtSettings(BaseModel):
 
     @model_validator(mode="after")
     def _has_audience(self) -> JwtSettings:
-        if not self.audience:
-            if self.resource is None:
-                raise ValueError("needs an audience (or a resource, which is then the audience)")
-            self.audience = [self.resource]
-        if not self.authorization_servers:
-            self.authorization_servers = [self.issuer]
+        if not self.audience and self.resource is None:
+            raise ValueError("needs an audience (or a resource, which is then the audience)")
         return self
+
+    # The defaults are derived, not stored, so that flags overriding the config's issuer or
+    # resource (cli/jwt.py) move what was derived from them too.
+    @property
+    def audiences(self) -> list[str]:
+        """The ``aud`` values accepted: ``audience``, else the resource."""
+        return self.audience or ([self.resource] if self.resource is not None else [])
+
+    @property
+    def issuers(self) -> list[str]:
+        """The authorization servers the metadata names: ``authorization_servers``, else the issuer."""
+        return self.authorization_servers or [self.issuer]

@@ -91,7 +91,7 @@ class ProtectedResource:
         return ProtectedResourceMetadata.model_validate(
             {
                 "resource": resource,
-                "authorization_servers": settings.authorization_servers,
+                "authorization_servers": settings.issuers,
                 "scopes_supported": list(settings.scopes),
                 "bearer_methods_supported": ["header"],
                 "resource_name": "memtap",
