@@ -379,6 +379,9 @@ async def test_the_three_key_end_to_end_test_holds_with_jwts_instead_of_keys(
     assert [name for name, secret in secrets.items() if secret in raw] == []
     events = events_of(db)
     assert {e.context.principal for e in events if e.tool.startswith("memory_")} == {"alice", "bob", "app"}
+    # The chat upstream got memtap's own credentials, never a caller's token (no passthrough).
+    forwarded = json.dumps([upstream.state.received, upstream.state.headers])
+    assert upstream.state.headers and not [name for name, token in tokens.items() if token in forwarded]
 
 
 async def test_memtap_proxy_accepts_jwts_and_names_each_upstreams_metadata(
