@@ -213,3 +213,16 @@ async def test_the_gate_sets_one_caller_or_answers_401() -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=local), base_url="http://t") as client:
         assert (await client.get("/")).text == "me:local"
         assert (await client.get("/", headers={"X-Memtap-Principal": "x"})).text == "x:local"
+
+
+def test_the_auth_package_is_a_leaf() -> None:
+    import ast
+    from pathlib import Path
+
+    import memtap.auth
+
+    allowed = ("memtap.auth", "memtap.errors", "memtap.trace.models")
+    for path in Path(memtap.auth.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("memtap"):
+                assert node.module.startswith(allowed), f"{path.name} imports {node.module}"

@@ -14,9 +14,20 @@ from memtap.auth.gate import (
     bearer_token,
     headers_of,
 )
-from memtap.auth.grants import ALL_RIGHTS, OWN_RIGHTS, Grant, Policy, PrincipalPolicy, Right, parse_rights
+from memtap.auth.grants import (
+    ALL_RIGHTS,
+    DEFAULT_GRANTS,
+    OWN_RIGHTS,
+    Grant,
+    Policy,
+    PrincipalPolicy,
+    Right,
+    parse_rights,
+    right_for,
+)
 from memtap.auth.resolve import (
     ARGUMENT_FIELDS,
+    Clock,
     best_context,
     default_requester,
     fields_from_headers,
@@ -28,11 +39,13 @@ __all__ = [
     "ALL_RIGHTS",
     "ARGUMENT_FIELDS",
     "CALLER_SCOPE_KEY",
+    "DEFAULT_GRANTS",
     "OWN_RIGHTS",
     "ApiKeyAuthenticator",
     "Authentication",
     "Authenticator",
     "Caller",
+    "Clock",
     "Gate",
     "Grant",
     "LocalAuthenticator",
@@ -48,4 +61,5 @@ __all__ = [
     "local_caller",
     "parse_rights",
     "resolve_context",
+    "right_for",
 ]
