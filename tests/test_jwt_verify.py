@@ -352,3 +352,16 @@ def test_flags_override_the_configs_jwt_fields_and_what_was_derived_from_them(tm
         jwt_authenticators(ConfigFile(), jwt_issuer=None, jwt_audience=None, jwks=None, jwt_resource=None)
         == []
     )
+
+
+def test_a_bad_jwt_section_in_the_config_file_is_one_error_naming_the_field(tmp_path: Path) -> None:
+    from memtap.config import load_config
+
+    path = tmp_path / "memtap.yaml"
+    path.write_text("memtap:\n  jwt:\n    issuer: https://issuer.test\n    audience: aud\n    jwks: j.json\n"
+                    "    algorithms: [HS256]\n")  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert str(refused.value).startswith(
+        f"config {path}: memtap.jwt.algorithms: algorithms ['HS256'] not accepted: use asymmetric ones"
+    )
