@@ -43,7 +43,7 @@ class HwRuns:
     """The samples of some hw runs, as segments per (run, device) and quantity."""
 
     def __init__(self, conn: sqlite3.Connection, run_ids: Sequence[str]) -> None:
-        conn.row_factory = sqlite3.Row
+        previous, conn.row_factory = conn.row_factory, sqlite3.Row
         self.runs = [
             dict(conn.execute("SELECT * FROM hw_runs WHERE id = ?", (r,)).fetchone()) for r in run_ids
         ]
@@ -60,7 +60,7 @@ class HwRuns:
                     (d["run_id"], d["device"]),
                 )
             )
-        conn.row_factory = None
+        conn.row_factory = previous
 
     def gpus(self) -> list[dict[str, Any]]:
         return [d for d in self.devices if d["kind"] == "gpu"]

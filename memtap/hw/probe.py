@@ -85,6 +85,7 @@ class HwProbe:
         self.sampler.start()
         if baseline_s > 0:
             threading.Event().wait(baseline_s)
+            self.sampler.sample_once()  # closes the window, so it holds two samples however busy the host
             self.conn.execute(
                 "UPDATE hw_runs SET baseline_until_ts = ? WHERE id = ?", (time.time(), self.run_id)
             )

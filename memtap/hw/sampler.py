@@ -61,6 +61,7 @@ class Sampler:
         self._queue: queue.Queue[list[Sample] | None] = queue.Queue(maxsize=queue_size)
         self._devices = {id(s): [d.device for d in s.describe()] for s in self.sources}
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.ticks = 0
         self.samples = 0
@@ -71,6 +72,10 @@ class Sampler:
         self.sampler_cpu_s = 0.0
 
     def sample_once(self) -> None:
+        with self._lock:
+            self._tick()
+
+    def _tick(self) -> None:
         self.ticks += 1
         for source in self.sources:
             try:
