@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from memtap.cli.hw import hw_options, hw_session, render_replay_figures
+from memtap.cli.hw import hw_options, hw_session
 from memtap.cli.options import db_option, json_option, resolve_db
 
 __all__ = ["replay"]
@@ -189,4 +189,6 @@ def replay(
     else:
         _report(summary, path)
         if summary.get("hw"):
+            from memtap.hw.render import render_replay_figures
+
             click.echo("\n".join(render_replay_figures(summary["hw"])))

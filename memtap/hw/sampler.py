@@ -81,7 +81,7 @@ class Sampler:
             try:
                 rows = source.sample()
             except Exception as exc:  # a lost device, a permission error: a gap, and go on
-                now = time.time()
+                now = getattr(exc, "ts", None) or time.time()
                 error = f"{type(exc).__name__}: {exc}"
                 rows = [Sample(d, now, error=error) for d in self._devices[id(source)] or ["unknown"]]
             self.gaps += sum(1 for r in rows if r.error)
@@ -107,7 +107,11 @@ class Sampler:
     def stop(self, timeout: float = 30.0) -> None:
         """Take the closing tick, write what is queued, and end both threads."""
         self._stop.set()
-        if not self._threads:
+        if not self._threads:  # never started (sampled by hand): write what is queued here
+            batch: list[Sample] = []
+            while not self._queue.empty():
+                batch.extend(self._queue.get_nowait() or [])
+            self._store(batch)
             return
         writer, sampler = self._threads
         sampler.join(timeout)
@@ -150,8 +154,10 @@ class Sampler:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-            if not batch:
-                continue
+            self._store(batch)
+
+    def _store(self, batch: list[Sample]) -> None:
+        if batch:
             try:
                 self.write(batch)
                 self.written += len(batch)

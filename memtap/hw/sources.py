@@ -36,7 +36,11 @@ class HwError(MemtapError):
 
 
 class HwSourceError(HwError):
-    """A source could not deliver a sample (a device lost, a permission error)."""
+    """A source could not deliver a sample (a device lost, a permission error); ``ts``: when."""
+
+    def __init__(self, message: str, ts: float | None = None) -> None:
+        super().__init__(message)
+        self.ts = ts
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ class ReplaySource:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.devices: list[DeviceInfo] = []
-        self.ticks: list[list[Sample] | str] = []
+        self.ticks: list[list[Sample] | tuple[float | None, str]] = []
         try:
             lines = path.read_text().splitlines()
         except OSError as exc:
@@ -172,7 +176,7 @@ class ReplaySource:
                     self.devices.append(DeviceInfo(**row["device"]))
                     continue
                 if "raise" in row:
-                    self.ticks.append(str(row["raise"]))
+                    self.ticks.append((row.get("ts"), str(row["raise"])))
                     last_ts = None
                     continue
                 sample = Sample(**row)
@@ -193,8 +197,8 @@ class ReplaySource:
             return []
         tick = self.ticks[self._next]
         self._next += 1
-        if isinstance(tick, str):
-            raise HwSourceError(tick)
+        if isinstance(tick, tuple):
+            raise HwSourceError(tick[1], tick[0])
         return [Sample(**asdict(s)) for s in tick]
 
     @property

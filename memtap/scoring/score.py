@@ -217,7 +217,7 @@ def score_run(
     current = suite_file_sha256(row[0]) if row else None
     run = load_run(conn, run_id, current_sha256=current)
     choice = choose_scorer(answer_scorer, [t.episode for t in run.episodes], config, permission_judge)
-    return score_trace(
+    scored = score_trace(
         run,
         matcher=matcher,
         permission_judge=permission_judge,
@@ -225,6 +225,12 @@ def score_run(
         resamples=resamples,
         seed=seed,
     )
+    from memtap.hw.figures import replay_figures  # the run's hardware figures, when it was probed
+
+    energy = replay_figures(conn, run_id)
+    if energy is not None:
+        scored.report["energy"] = energy
+    return scored
 
 
 def store_score(conn: sqlite3.Connection, scored: Scored) -> int:
