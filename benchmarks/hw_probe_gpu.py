@@ -123,6 +123,18 @@ class Generator:
                 yield int(nxt.item())
 
 
+class SmokeGenerator(Generator):
+    """--smoke: the same endpoint and flow with no model (arithmetic tokens), to check the script's
+    plumbing on a machine without a GPU. Not a measurement."""
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+
+    def stream(self, prompt: list[int], new: int) -> Any:
+        for i in range(new):
+            yield (sum(prompt) + i) % self.vocab
+
+
 def make_handler(gen: Generator, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *a: Any) -> None:
@@ -238,14 +250,19 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--record", type=Path, help="write the probe's samples here (JSON Lines)")
+    parser.add_argument("--smoke", action="store_true", help="no GPU, no model: check the plumbing only")
     args = parser.parse_args()
-    torch = check_gpu()
     started = time.monotonic()
-    model, described = build_model(torch, args)
-    gen = Generator(torch, model, args.vocab)
-    for _ in gen.stream(gen.tokens("warm up", args.prompt), 4):
-        pass
-    torch.cuda.synchronize()
+    gen: Generator
+    if args.smoke:
+        gen, described = SmokeGenerator(args.vocab), "none (--smoke: plumbing only, not a measurement)"
+    else:
+        torch = check_gpu()
+        model, described = build_model(torch, args)
+        gen = Generator(torch, model, args.vocab)
+        for _ in gen.stream(gen.tokens("warm up", args.prompt), 4):
+            pass
+        torch.cuda.synchronize()
     up_port, memtap_port = free_port(), free_port()
     server = ThreadingHTTPServer(("127.0.0.1", up_port), make_handler(gen, args))
     threading.Thread(target=server.serve_forever, daemon=True).start()
