@@ -219,3 +219,23 @@ def test_each_chat_gets_its_time_split_and_host_cpu_while_the_probe_runs(
         assert call["total_ms"] is not None and call["ttft_ms"] is not None and call["proxy_ms"] is not None
         assert call["generation_ms"] == round(call["total_ms"] - call["ttft_ms"], 3)
     assert figures["baseline"]["window_s"] is None  # --hw-baseline 0: gross figures
+
+
+@no_gpu
+def test_serve_with_hw_probe_says_no_driver_once_and_records_the_host_until_it_stops(
+    start_http_server: Any, db_path: Path
+) -> None:
+    server = start_http_server("--hw-probe", "--hw-baseline", "0")
+    assert server.stop() == 0
+    lines = [line for line in server.stderr().splitlines() if line.startswith("hw-probe:")]
+    assert lines == [
+        "hw-probe: no NVIDIA driver (NVML: NVML Shared Library Not Found); recording host CPU only"
+    ]
+    conn = sqlite3.connect(db_path)
+    [(command, status, note, samples, cpu)] = conn.execute(
+        "SELECT command, status, note, samples, sampler_cpu_s FROM hw_runs"
+    ).fetchall()
+    assert (command, status, note) == ("serve", "completed", lines[0])
+    stored = conn.execute("SELECT count(*) FROM hw_samples WHERE device = 'host'").fetchone()[0]
+    assert stored == samples >= 2 and cpu is not None
+    assert conn.execute("SELECT device, kind FROM hw_devices").fetchall() == [("host", "host")]
