@@ -195,6 +195,11 @@ def test_replay_with_hw_probe_stores_host_samples_and_reports_per_query_figures(
     jsonschema.validate(score_file, schema)
     shown = CliRunner().invoke(cli, ["hw", "report", "r1", "--db", str(db)])
     assert "memtap CPU:" in shown.stdout and f"per query ({probes})" in shown.stdout
+    listed = json.loads(CliRunner().invoke(cli, ["hw", "report", "r1", "--db", str(db), "--json"]).stdout)
+    assert len(listed["probes"]) == probes  # each probe with its own share
+    assert sum(p["memtap_cpu_s"] for p in listed["probes"]) == pytest.approx(
+        figures["totals"]["memtap_cpu_s"]["queries"], abs=1e-4
+    )
 
 
 def test_each_chat_gets_its_time_split_and_host_cpu_while_the_probe_runs(

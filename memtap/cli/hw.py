@@ -95,7 +95,7 @@ def report(run: str | None, db: Path | None, limit: int, as_json: bool) -> None:
         linked = conn.execute("SELECT replay_run_id FROM hw_runs WHERE id = ?", (run,)).fetchone()
         if linked is not None and linked[0]:
             run = str(linked[0])
-        figures = replay_figures(conn, run)
+        figures = replay_figures(conn, run, per_probe=True)
         if figures is None:
             if conn.execute("SELECT 1 FROM hw_runs WHERE id = ?", (run,)).fetchone() is None:
                 raise ConfigError(f"{run!r} is neither a probed replay run nor an hw run in {path}")

@@ -178,9 +178,11 @@ def _figures(
     return shares, baselines
 
 
-def replay_figures(conn: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
-    """Energy and CPU per query, per ingested session and per episode of a replay run, or None
-    when it was not probed."""
+def replay_figures(
+    conn: sqlite3.Connection, run_id: str, *, per_probe: bool = False
+) -> dict[str, Any] | None:
+    """Energy and CPU per query, per ingested session and per episode of a replay run (with
+    ``per_probe``, each probe's too), or None when it was not probed."""
     have = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'hw_runs'").fetchone()
     if not have:
         return None
@@ -229,6 +231,20 @@ def replay_figures(conn: sqlite3.Connection, run_id: str) -> dict[str, Any] | No
         out["per_query"][quantity] = _r(query / len(probes)) if probes else None
         out["per_session"][quantity] = _r(ingest / sessions) if sessions else None
         out["per_episode"][quantity] = _r(episode / len(episodes)) if episodes else None
+    if per_probe:
+        out["probes"] = [
+            {
+                "probe": key,
+                "seconds": _r(end - start, 6),
+                **{q: _r(q_shares[q][key].net, 6) for q in q_shares},
+                **(
+                    {"mean_power_w": _r(q_shares["energy_j"][key].mean_rate, 3)}
+                    if "energy_j" in q_shares
+                    else {}
+                ),
+            }
+            for key, start, end in probes
+        ]
     return out
 
 
