@@ -72,7 +72,8 @@ def build_model(torch: Any, args: argparse.Namespace) -> tuple[Any, str]:
         config = GPT2Config(
             vocab_size=args.vocab, n_positions=1024, n_embd=args.width, n_layer=args.layers, n_head=16
         )
-        model = GPT2LMHeadModel(config).half().cuda().eval()
+        with torch.device("cuda"):  # initialise on the GPU: random init of ~1B weights on a CPU is slow
+            model = GPT2LMHeadModel(config).half().eval()
         return model, f"GPT-2 config (transformers), {args.layers} layers x {args.width}, random weights"
     except ImportError:
         pass
@@ -97,7 +98,8 @@ def build_model(torch: Any, args: argparse.Namespace) -> tuple[Any, str]:
             x = self.embed(ids) + self.pos(torch.arange(n, device=ids.device))
             return self.head(self.blocks(x, mask=mask, is_causal=True))
 
-    model = Decoder().half().cuda().eval()
+    with torch.device("cuda"):
+        model = Decoder().half().eval()
     return model, f"hand-written torch decoder, {args.layers} layers x {args.width}, random weights"
 
 
