@@ -252,6 +252,9 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--record", type=Path, help="write the probe's samples here (JSON Lines)")
+    parser.add_argument(
+        "--budget", type=float, default=180.0, help="seconds of chats at most (then stop sending)"
+    )
     parser.add_argument("--smoke", action="store_true", help="no GPU, no model: check the plumbing only")
     args = parser.parse_args()
     started = time.monotonic()
@@ -285,9 +288,14 @@ def main() -> None:
             url = f"http://127.0.0.1:{memtap_port}/v1/chat/completions"
             todo = iter(range(args.chats))
             errors: list[str] = []
+            sent: list[int] = []
+            deadline = time.monotonic() + args.budget
 
             def worker() -> None:
                 for i in todo:
+                    if time.monotonic() > deadline:
+                        break
+                    sent.append(i)
                     try:
                         chat(url, i, stream=i % 2 == 0)
                     except Exception as exc:
@@ -322,8 +330,8 @@ def main() -> None:
 
     gpus = [d for d in f["devices"] if d["kind"] == "gpu"]
     print(f"model: {described}")
-    print(f"{args.chats} chats ({args.concurrency} concurrent, {args.tokens} tokens each, half streamed) "
-          f"in {wall:.1f} s; {len(errors)} failed")  # fmt: skip
+    print(f"{len(sent)} of {args.chats} chats ({args.concurrency} concurrent, {args.tokens} tokens each, "
+          f"half streamed) in {wall:.1f} s; {len(errors)} failed")  # fmt: skip
     print(note)
     for d in gpus:
         print(
