@@ -85,21 +85,21 @@ class HwRuns:
         self, quantity: str, calls: Sequence[tuple[str, float, float]]
     ) -> tuple[dict[str, Share], float | None]:
         """Each call's share of ``quantity`` over every device, and the idle baseline rate summed
-        over devices (None when no baseline was measured)."""
+        over devices (averaged over the runs, for a resumed replay; None when none was measured)."""
         total = {key: Share(duration_s=max(0.0, end - start)) for key, start, end in calls}
-        base_sum: float | None = None
+        per_run: dict[str, float] = {}
         for run, segs in self.series(quantity):
             base = None
             if run["baseline_until_ts"] is not None:
                 base = baseline_rate(segs, run["started_ts"], run["baseline_until_ts"])
             if base is not None:
-                base_sum = (base_sum or 0.0) + base
+                per_run[run["id"]] = per_run.get(run["id"], 0.0) + base
             for key, share in attribute(segs, calls, base or 0.0).items():
                 t = total[key]
                 t.gross += share.gross
                 t.net += share.net
                 t.covered_s = max(t.covered_s, share.covered_s)
-        return total, base_sum
+        return total, sum(per_run.values()) / len(per_run) if per_run else None
 
     def header(self) -> dict[str, Any]:
         """What was probed: the note, devices, sample counts, drops, gaps, peak temperature, mean
