@@ -26,6 +26,7 @@ from memtap.cli.options import (
     auth_settings,
     db_option,
     json_option,
+    limit_options,
     loop_options,
     parse_host_port,
     resolve_db,
@@ -35,6 +36,7 @@ from memtap.errors import ConfigError, MemtapError
 
 if TYPE_CHECKING:
     from memtap.config import ConfigFile
+    from memtap.limits import Limits
 
 __all__ = ["init_config", "proxy"]
 
@@ -151,6 +153,7 @@ class _ProxyGroup(click.Group):
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
 @auth_options
 @hw_options
+@limit_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
@@ -176,6 +179,7 @@ def proxy(
     hw_probe: bool,
     hw_interval: float,
     hw_baseline: float,
+    limits: Limits,
     console_spans: bool,
     verbose: bool,
 ) -> None:
@@ -206,6 +210,7 @@ def proxy(
         api_keys=keys,
         config=loaded,
         default_principal=principal,
+        limits=limits,
         console_spans=console_spans,
         **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args),
         upstreams=servers,
