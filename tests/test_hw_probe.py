@@ -22,7 +22,6 @@ from memtap.hw import (
     HwError,
     HwRuns,
     ReplaySource,
-    Sampler,
     attribute,
     baseline_rate,
     chat_figures,
@@ -145,19 +144,28 @@ def test_an_interval_below_what_nvml_delivers_is_refused_with_the_minimum(tmp_pa
     ]
 
 
-def test_samples_the_database_cannot_take_are_dropped_and_counted_without_blocking() -> None:
-    stored: list[Any] = []
-
-    def locked(batch: list[Any]) -> None:
-        raise sqlite3.OperationalError("database is locked")
-
+def test_samples_the_database_cannot_take_are_dropped_and_counted_without_blocking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "50")
+    db = tmp_path / "t.db"
+    conn = open_database(db, MIGRATIONS, check_same_thread=False).conn
     source = ReplaySource(DATA / "gpu_ramp.jsonl")
-    sampler = Sampler([source], locked, 0.1, queue_size=2)
+    probe = HwProbe(conn, [source], "hw-probe: replayed", interval_ms=100, command="test", queue_size=2)
     for _ in range(5):
-        sampler.sample_once()  # the writer is not draining: two ticks queue, three are dropped
-    assert (sampler.samples, sampler.dropped) == (5, 3)
-    sampler.stop()  # the two queued cannot be written either
-    assert (sampler.dropped, sampler.write_errors, stored) == (5, 1, [])
+        probe.sampler.sample_once()  # the writer is not draining: two ticks queue, three are dropped
+    assert (probe.sampler.samples, probe.sampler.dropped) == (5, 3)
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        probe.sampler.stop()  # the two queued ticks meet the lock: lost, counted, nothing raised
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert (probe.sampler.dropped, probe.sampler.write_errors) == (5, 1)
+    probe.stop()
+    assert conn.execute("SELECT samples, dropped, write_errors FROM hw_runs").fetchone() == (5, 5, 1)
+    assert conn.execute("SELECT count(*) FROM hw_samples").fetchone() == (0,)
 
 
 def test_replay_with_hw_probe_stores_host_samples_and_reports_per_query_figures(tmp_path: Path) -> None:
