@@ -9,7 +9,7 @@ NODE_STAMP := node_modules/.installed
 # `playwright install`: the tests pass its path). Installed once when missing and apt-get exists.
 CHROMIUM_STAMP := $(VENV)/.chromium
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench soak clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "memtap needs Python 3.11+"'
@@ -72,6 +72,10 @@ bench: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/replay_throughput.py
 	$(BIN)/python benchmarks/openai_overhead.py
 	$(BIN)/python benchmarks/ui_pages.py
+
+# The long harness: fuzz (MEMTAP_FUZZ_EXAMPLES cases per operation and mode, default 200).
+soak: $(STAMP) $(NODE_STAMP)
+	$(BIN)/python benchmarks/fuzz_soak.py
 
 clean:
 	rm -rf $(VENV) node_modules .demo .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,8 @@
 
 - ``docs/cli.md``: the ``--help`` text of every ``memtap`` command and subcommand;
 - ``docs/trace-schema.md``: the SQL schema of a blank memtap database;
-- ``docs/mcp-tools.md``: the MCP tools ``memtap serve`` offers, with their JSON schemas.
+- ``docs/mcp-tools.md``: the MCP tools ``memtap serve`` offers, with their JSON schemas;
+- ``docs/openapi.json``: the OpenAPI description of the HTTP API, as ``/openapi.json`` serves it.
 
 Run ``.venv/bin/python scripts/gen_docs.py`` after changing a command, a migration or a
 tool; ``--check`` only reports stale pages (exit 1). ``tests/test_docs.py`` runs the check.
@@ -73,6 +74,22 @@ TABLE_NOTES = {
     "run_probes": (
         "The answer to each probe in each attempt: requester, the reader's `answer` (JSON in the probe "
         "type's shape; NULL with `--reader none`), the ranked ids of the memories `retrieved`, and latency."
+    ),
+    "hw_runs": (
+        "One row per command run with `--hw-probe` (docs/hardware.md): the command, the replay run it "
+        "watched, start, end and the idle-baseline window (ISO text and Unix seconds), the interval, the "
+        "probe's one-line `note`, samples taken, `dropped` (the database could not keep up), `gaps` "
+        "(failed readings), `write_errors`, and the sampler thread's CPU seconds."
+    ),
+    "hw_devices": (
+        "The devices of a probed run, described once: `host` or `gpu0`, `gpu1`, ...; `info` is JSON "
+        "(GPU: index, UUID, driver, memory, power limit, whether it has an energy counter; host: name, "
+        "platform, CPUs, Python)."
+    ),
+    "hw_samples": (
+        "Every reading, at `ts` (Unix seconds): GPU power (W), energy counter (J), utilisation, memory "
+        "used (MiB), temperature (C), clocks (MHz); host CPU utilisation (%), busy core-seconds and "
+        "memtap's CPU seconds (counters). `error` marks a gap and says which call failed."
     ),
     "suite_episodes": (
         "The episodes of every suite a run replayed, keyed by the suite file's sha256 (written once), so "
@@ -274,7 +291,10 @@ def _argument_table(schema: dict[str, Any], skip: Sequence[str] = ()) -> list[st
 
 
 def render_tools() -> str:
+    from memtap.limits import DEFAULT_LIMITS, install
     from memtap.proxy.context import HEADERS
+
+    install(DEFAULT_LIMITS)  # the schemas show the default caps
     from memtap.proxy.tools import CONTEXT_FIELDS, TOOLS, AccessArg
 
     served = _served_tools()
@@ -365,12 +385,35 @@ def render_tools() -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- docs/openapi.json ---------------------------------------------------------------------------
+
+
+def render_openapi() -> str:
+    """The OpenAPI description ``/openapi.json`` serves, for the default caps and no config."""
+    import asyncio
+
+    from memtap.limits import DEFAULT_LIMITS, install
+    from memtap.proxy.api_docs import openapi_document
+    from memtap.proxy.app import create_app
+    from memtap.proxy.runtime import Runtime, Settings
+
+    install(DEFAULT_LIMITS)
+    with tempfile.TemporaryDirectory() as folder:
+        runtime = Runtime(Settings(db=Path(folder) / "openapi.db"))
+        try:
+            document = openapi_document(create_app(runtime))
+        finally:
+            asyncio.run(runtime.aclose())
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "docs/cli.md": render_cli,
     "docs/trace-schema.md": render_schema,
     "docs/mcp-tools.md": render_tools,
+    "docs/openapi.json": render_openapi,
 }
 
 
