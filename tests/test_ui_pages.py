@@ -7,11 +7,12 @@ import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
 from click.testing import CliRunner
-from conftest import ServerProcess, http_client, run_memory_script
+from conftest import ServerProcess, http_client, run_memory_script, write_config
 from starlette.testclient import TestClient
 
 from memtap.cli.main import cli
@@ -218,3 +219,40 @@ def test_live_api_returns_a_burst_in_order_without_skipping(tmp_path: Path) -> N
     seen = [e["id"] for e in reversed(one["events"])] + [e["id"] for e in reversed(two["events"])]
     assert len(one["events"]) == 500 and seen == burst
     assert three == {"events": [], "cursor": burst[-1]}
+
+
+async def test_memtap_ui_alone_serves_the_dashboard_behind_its_keys(
+    start_http_server: Callable[..., ServerProcess],
+) -> None:
+    recorder = start_http_server()
+    async with http_client(recorder.url) as client:
+        await client.call_tool("memory_add", {"content": "kept in local", "namespace": "local"})
+    recorder.stop()
+    server = start_http_server("--api-key", "k-ann=ann", command="ui")
+    base = f"http://127.0.0.1:{server.port}"
+    async with httpx2.AsyncClient() as http:
+        anonymous = await http.get(f"{base}/ui/events")
+        ann = await http.get(f"{base}/ui/events", headers={"Authorization": "Bearer k-ann"})
+        home = await http.get(f"{base}/", headers={"Authorization": "Bearer k-ann"}, follow_redirects=True)
+    assert anonymous.status_code == 401
+    assert ann.status_code == 200 and "kept in local" not in ann.text  # ann may read only "ann"
+    assert home.status_code == 200 and "<h1>Live events</h1>" in home.text
+
+
+async def test_proxy_mounts_the_dashboard_with_its_upstreams_live_state(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: Callable[..., ServerProcess]
+) -> None:
+    config = write_config(tmp_path, {"memory": memory_server})
+    server = start_http_server("--config", str(config), command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("memory__create_entities", {"entities": [
+            {"name": "Ann", "entityType": "person", "observations": ["likes <i>tea</i>"]}]})  # fmt: skip
+    async with httpx2.AsyncClient() as http:
+        page = await http.get(f"http://127.0.0.1:{server.port}/ui/upstreams")
+        events = await http.get(f"http://127.0.0.1:{server.port}/ui/events", params={"upstream": "memory"})
+        event_id = events.text.split('href="/ui/events/')[1].split('"')[0]
+        event = await http.get(f"http://127.0.0.1:{server.port}/ui/events/{event_id}")
+    assert 'id="live-upstreams"' in page.text
+    assert '<tr class="state-ready"><td>memory</td><td>ready</td><td>stdio</td>' in page.text
+    assert "create_entities" in events.text and "add ent_" in events.text and "and 1 more" in events.text
+    assert "Ann (person)" in event.text and "likes &lt;i&gt;tea&lt;/i&gt;" in event.text

@@ -49,7 +49,7 @@ def ui(
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import RedirectResponse
+    from starlette.responses import JSONResponse, RedirectResponse
     from starlette.routing import Mount, Route
 
     from memtap.proxy.runtime import Settings
@@ -67,7 +67,10 @@ def ui(
     async def root(_: Request) -> RedirectResponse:
         return RedirectResponse("/ui/")
 
-    app = Starlette(routes=[Route("/", root), Mount("/ui", app=dashboard)])
+    async def healthz(_: Request) -> JSONResponse:  # readiness, for scripts and tests
+        return JSONResponse({"status": "ok"})
+
+    app = Starlette(routes=[Route("/", root), Route("/healthz", healthz), Mount("/ui", app=dashboard)])
     click.echo(f"memtap dashboard on http://{host}:{port}/ui/ (trace {path})", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
