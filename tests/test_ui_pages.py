@@ -256,3 +256,16 @@ async def test_proxy_mounts_the_dashboard_with_its_upstreams_live_state(
     assert '<tr class="state-ready"><td>memory</td><td>ready</td><td>stdio</td>' in page.text
     assert "create_entities" in events.text and "add ent_" in events.text and "and 1 more" in events.text
     assert "Ann (person)" in event.text and "likes &lt;i&gt;tea&lt;/i&gt;" in event.text
+
+
+async def test_keyless_dashboard_refuses_a_foreign_host_name(
+    start_http_server: Callable[..., ServerProcess],
+) -> None:
+    server = start_http_server()
+    async with httpx2.AsyncClient() as http:
+        rebound = await http.get(
+            f"http://127.0.0.1:{server.port}/ui/events", headers={"Host": "evil.example"}
+        )
+        local = await http.get(f"http://127.0.0.1:{server.port}/ui/events", headers={"Host": "localhost:1"})
+    assert rebound.status_code == 400 and "evil.example" in rebound.text
+    assert local.status_code == 200

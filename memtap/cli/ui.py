@@ -62,7 +62,12 @@ def ui(
     settings = Settings(db=path, api_keys=keys, config=config, **auth_settings(config, keys, grants=grants))
     host, port = parse_host_port(http)
     settings.check_bind(host)
-    dashboard = create_ui_app(path, policy=settings.policy, authentication=settings.authentication())
+    dashboard = create_ui_app(
+        path,
+        policy=settings.policy,
+        authentication=settings.authentication(),
+        loopback_only=not settings.authenticated,
+    )
 
     async def root(_: Request) -> RedirectResponse:
         return RedirectResponse("/ui/")

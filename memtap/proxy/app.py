@@ -158,6 +158,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         policy=settings.policy,
         authentication=authentication,
         upstreams=runtime.upstreams.status if runtime.upstreams is not None else None,
+        loopback_only=is_loopback(host) and not settings.authenticated,
     )
     app.router.routes.append(Mount("/ui", app=dashboard))
     return app

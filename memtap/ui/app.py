@@ -19,9 +19,10 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap.auth.caller import CALLER_SCOPE_KEY, Caller, local_caller
 from memtap.auth.gate import Authentication, Gate
@@ -58,6 +59,29 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True) if value is not None else ""
 
 
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class LoopbackHostOnly:
+    """Refuses (400) requests whose Host is not a loopback name: served keyless on loopback, the
+    dashboard would otherwise be readable by any web page through DNS rebinding (the MCP front
+    door has the SDK's same protection)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            name = host[1:].split("]")[0] if host.startswith("[") else host.split(":")[0]
+            if name not in LOOPBACK_NAMES:
+                await PlainTextResponse(f"Host {host!r} is not allowed", status_code=400)(
+                    scope, receive, send
+                )
+                return
+        await self.app(scope, receive, send)
+
+
 def environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
@@ -73,9 +97,11 @@ def create_ui_app(
     policy: Policy | None = None,
     authentication: Authentication | None = None,
     upstreams: UpstreamStatus | None = None,
+    loopback_only: bool = False,
 ) -> Starlette:
     """The dashboard over the trace file ``db`` (already migrated by whoever opened it), behind
-    ``authentication``'s gate when given (a 401 without a key when keys are configured)."""
+    ``authentication``'s gate when given (a 401 without a key when keys are configured);
+    ``loopback_only``: refuse requests whose Host is not a loopback name."""
     reader = Reader(db)
     policy = policy or Policy()
     env = environment()
@@ -248,6 +274,8 @@ def create_ui_app(
         Route("/upstreams", upstream_page, name="upstreams"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    middleware = [Middleware(Gate, authentication=authentication)] if authentication is not None else []
+    middleware = [Middleware(LoopbackHostOnly)] if loopback_only else []
+    if authentication is not None:
+        middleware.append(Middleware(Gate, authentication=authentication))
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={404: not_found})
     return app
