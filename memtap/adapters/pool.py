@@ -79,6 +79,8 @@ class UpstreamPool:
             )
             for name, config in servers.items()
         }
+        for upstream in self.upstreams.values():
+            upstream.recorder = recorder
 
     def get(self, name: str) -> Upstream:
         try:

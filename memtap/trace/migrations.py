@@ -256,3 +256,11 @@ def m006_create_scores(db: Database) -> None:
         """
     )
     db.execute("CREATE INDEX alignments_item ON alignments(score_id, episode_id, item_id)")
+
+
+@MIGRATIONS()
+def m009_add_reconciled_effects(db: Database) -> None:
+    """Effects found by reading a backend's state rather than observed on the call
+    (``reconciled`` 1), with the evidence as JSON: what was read, when and why."""
+    db.execute("ALTER TABLE effects ADD COLUMN reconciled INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE effects ADD COLUMN evidence TEXT")
