@@ -52,7 +52,7 @@ def check_ledger(db: Path, ledger: Ledger) -> LedgerCheck:
     acked = ledger.acknowledged
     lost = [a.marker for a in acked if not recorded[a.marker] and not spilled[a.marker]]
     return LedgerCheck(
-        calls=len(ledger.acks),
+        calls=max(ledger.attempted, len(ledger.acks)),
         acknowledged=len(acked),
         lost=len(lost),
         spilled=sum(1 for a in acked if not recorded[a.marker] and spilled[a.marker]),

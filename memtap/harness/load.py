@@ -39,6 +39,7 @@ class Ack:
 @dataclass
 class Ledger:
     acks: list[Ack] = field(default_factory=list)
+    attempted: int = 0  # calls started (a call cut off with its connection has no Ack)
 
     @property
     def acknowledged(self) -> list[Ack]:
@@ -184,6 +185,7 @@ async def run_clients(
                 for call_no in range(calls):
                     if stop is not None and stop.is_set():
                         return
+                    ledger.attempted += 1
                     ack = await workload(client, client_no, call_no, state)
                     ledger.acks.append(ack)
                     if on_ack is not None:

@@ -38,6 +38,8 @@ class Row:
     differences_before: int = 0  # trace/state differences before `verify --record`
     differences: int = 0  # ... after it (the proxy's own reconciliation for wrapped servers)
     per_client: int = 0  # calls each client was to make
+    unclear: int = 0  # refused calls whose error does not say what went wrong
+    loss_window_ms: float = 0.0  # lost calls were all acknowledged within this long before the fault
     notes: list[str] = field(default_factory=list)
 
 
@@ -112,8 +114,10 @@ async def kill_memtap(folder: Path, *, clients: int, calls: int, durable: bool) 
     if killed_at and row.lost:
         by_marker = {a.marker: a for a in ledger.acks}
         check = check_ledger(db, ledger)
-        window = max(killed_at[0] - by_marker[m].at for m in check.lost_markers)
-        row.notes.append(f"lost acks answered within {window * 1000:.0f} ms before the kill")
+        row.loss_window_ms = max(killed_at[0] - by_marker[m].at for m in check.lost_markers) * 1000
+        row.notes.append(
+            f"the lost calls were acknowledged within {row.loss_window_ms:.0f} ms before the kill"
+        )
     row.differences_before, row.differences = _reconcile_builtin(db)
     return row
 
@@ -161,9 +165,11 @@ async def disk_fault(
     finally:
         await anyio.to_thread.run_sync(server.stop)
     row = _row(kind, durable, clients, db, ledger, calls)
+    row.items_wrong = check_items(db, ledger)
     row.faults = 1
     errors = ledger.errors()
     unclear = [a for a in errors if a.error is None or (clear not in a.error and "not found" not in a.error)]
+    row.unclear = len(unclear)
     row.notes.append(f"{len(errors)} calls refused, {len(unclear)} without a clear '{clear}' message")
     if unclear:
         row.notes.append(f"e.g. {unclear[0].error!r}"[:160])
