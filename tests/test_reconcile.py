@@ -259,3 +259,34 @@ def test_verify_needs_one_backend_and_says_so() -> None:
     result = CliRunner().invoke(cli, ["verify", "--db", "nowhere.db"])
     assert result.exit_code == 2
     assert "give exactly one of --builtin or --server NAME" in result.output
+
+
+async def test_a_late_write_with_no_write_after_it_is_reconciled_when_the_proxy_stops(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    memory_file = tmp_path / "memory.jsonl"
+    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
+    server = start_http_server("--config", str(config), command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("create_entities", {"entities": [{"name": "cy", "entityType": "person",
+                                                                 "observations": []}]})  # fmt: skip
+        pid = upstream_pid(server)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(MCPError):
+                await client.call_tool("add_observations", add("cy", "late but saved"))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with anyio.fail_after(20):
+            while "late but saved" not in file_observations(memory_file).get("cy", []):
+                await anyio.sleep(0.02)
+    assert server.stop() == 0
+    store = TraceStore(server.db)
+    [settled] = [e for e in store.list_events() if e.tool == "upstream/reconcile"]
+    item = store.get_item(observation_id("cy", "late but saved"))
+    store.close()
+    assert [(e.kind, e.content_after) for e in settled.effects] == [(EffectKind.ADD, "late but saved")]
+    assert settled.effects[0].evidence is not None and settled.effects[0].evidence["final"] is True
+    assert item is not None and item.is_valid
+    code, report = verify(server.db, config)
+    assert (code, report["differences"]) == (0, [])

@@ -251,14 +251,15 @@ class GraphTap:
                 await self.reconciler.failed(tool, names, before, context, record, exc)
                 raise
             end()
-            self.reconciler.succeeded()
             try:
                 after = await self._read(names, fresh=True)
             except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded
                 log.exception("upstream %s: could not read the state after %s", upstream.name, tool)
                 if self.file is not None:
                     self.file.forget()
+                self.reconciler.succeeded(names, None)
                 return result, [], None
+            self.reconciler.succeeded(names, after)
         finally:
             upstream.write_lock.release()
         named = named_entities(tool, arguments) if tool in MUTATING_TOOLS else []

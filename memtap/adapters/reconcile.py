@@ -178,12 +178,33 @@ class Reconciler:
                 evidence = self._evidence(entry, how, final=False)
                 record.effects = graph_effects(before, graph, context.namespace, evidence)
                 entry.believed = graph
+                self.observed(names, graph)
         self.unsettled.append(entry)
         while len(self.unsettled) > UNSETTLED_LIMIT:
             self.unsettled.pop(0)
 
-    def succeeded(self) -> None:
+    def succeeded(self, names: frozenset[str] | None, after: Graph | None) -> None:
+        """A write was answered, and ``after`` (when read) is now in the trace for ``names``."""
         self.answers += 1
+        if after is not None and self.unsettled:
+            self.observed(names, after)
+
+    def observed(self, names: frozenset[str] | None, seen: Graph) -> None:
+        """``seen`` (the state of ``names``; None: the whole graph) is now what the trace holds:
+        no unsettled write may record it again."""
+        for entry in self.unsettled:
+            if names is None:
+                merged = seen
+            else:
+                if entry.names is not None and not (entry.names & names):
+                    continue
+                kept = {n: e for n, e in entry.believed.entities.items() if n not in names}
+                merged = Graph(
+                    {**kept, **seen.entities},
+                    [r for r in entry.believed.relations if r[0] not in names and r[2] not in names]
+                    + seen.relations,
+                )
+            entry.believed = merged.touching(entry.names) if entry.names is not None else merged
 
     async def settle(self) -> None:
         """Read every unsettled write's entities again; record what changed (under the write lock)."""
@@ -201,6 +222,7 @@ class Reconciler:
             )
             if effects:
                 await self._record(entry, effects)
+            self.observed(entry.names, graph)
             entry.believed = graph
             if not final:
                 still.append(entry)

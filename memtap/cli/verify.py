@@ -48,7 +48,7 @@ def _server_state(config_path: Path, name: str) -> BackendState:
 
 @click.command()
 @db_option
-@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
               help="The config whose mcpServers entry --server names.")  # fmt: skip
 @click.option("--server", help="The wrapped reference memory server to compare (with --config).")
 @click.option("--builtin", is_flag=True, help="Compare the builtin backend's rows in the database.")
