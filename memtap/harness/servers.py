@@ -77,24 +77,24 @@ class InProcessServer:
             await self.runtime.aclose()
 
     def run_on_loop(self, statement: str) -> None:
-        """Run ``statement`` on both of the server's connections (the backend's on its loop);
-        ``{pages}`` in it is each connection's current ``page_count``."""
+        """Run ``statement`` on both of the server's connections, each where it is used (the
+        backend's on its own SQLite thread when it has one, else on the event loop);
+        ``{pages}`` in it is that connection's current ``page_count``."""
         assert self.loop is not None
-        done = threading.Event()
         backend, recorder = connections_of(self.runtime)
 
         def run(conn: sqlite3.Connection) -> None:
             pages = conn.execute("PRAGMA page_count").fetchone()[0]
             conn.execute(statement.format(pages=pages))
 
-        def apply() -> None:
-            try:
+        async def on_backend() -> None:
+            thread = getattr(self.runtime.backend, "_thread", None)
+            if thread is not None:
+                await thread.run(run, backend)
+            else:
                 run(backend)
-            finally:
-                done.set()
 
-        self.loop.call_soon_threadsafe(apply)
-        done.wait(10)
+        asyncio.run_coroutine_threadsafe(on_backend(), self.loop).result(10)
         run(recorder)  # serialised by SQLite's own mutex against the writer thread
 
     def stop(self) -> None:
