@@ -290,3 +290,27 @@ async def test_a_late_write_with_no_write_after_it_is_reconciled_when_the_proxy_
     assert item is not None and item.is_valid
     code, report = verify(server.db, config)
     assert (code, report["differences"]) == (0, [])
+
+
+def test_the_memory_file_of_a_wrapped_command_is_read_from_the_environment_it_is_started_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memtap.adapters.memory_server import GraphTap
+    from memtap.adapters.upstream import Upstream
+    from memtap.config import StdioServerConfig
+
+    mine = tmp_path / "mine.jsonl"
+    monkeypatch.setenv("MEMORY_FILE_PATH", str(mine))
+    command = StdioServerConfig(command=str(MEMORY_SERVER))
+    inherited = GraphTap(Upstream("memory", command, inherit_env=True))  # memtap proxy -- COMMAND
+    from_config = GraphTap(Upstream("memory", command, inherit_env=False))  # a config entry without env
+    own = GraphTap(
+        Upstream(
+            "memory", StdioServerConfig(command=str(MEMORY_SERVER), env={"MEMORY_FILE_PATH": "/x/own.jsonl"})
+        )
+    )
+    assert inherited.file is not None and inherited.file.path == mine
+    assert (
+        from_config.file is not None and from_config.file.path.name == "memory.jsonl"
+    )  # the server's default
+    assert own.file is not None and own.file.path == Path("/x/own.jsonl")

@@ -123,6 +123,16 @@ def _nothing() -> None:
     pass
 
 
+def _environment(upstream: Upstream) -> dict[str, str] | None:
+    """The environment the upstream's process gets (its own ``MEMORY_FILE_PATH`` included)."""
+    from memtap.adapters.upstream import child_environment
+    from memtap.config import StdioServerConfig
+
+    if not isinstance(upstream.config, StdioServerConfig):
+        return None
+    return child_environment(upstream.config, inherit=upstream.inherit_env)
+
+
 async def _acquire(lock: anyio.Lock, timeout: float) -> bool:
     """Take ``lock`` within ``timeout``; False when it stayed held that long."""
     try:
@@ -141,7 +151,7 @@ class GraphTap:
 
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
-        path = memory_file_for(upstream.config)
+        path = memory_file_for(upstream.config, _environment(upstream))
         self.file = FileState(path) if path is not None else None
         self._verified = False
         self._seq = 0
