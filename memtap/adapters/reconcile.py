@@ -132,8 +132,8 @@ class Reconciler:
                 return graph, f"file {file.path}"
             except OSError as exc:
                 log.warning("upstream %s: cannot read %s to reconcile: %s", tap.upstream.name, file.path, exc)
-        if not ask:
-            return None
+        if not ask or tap.upstream.state != "ready":
+            return None  # a crash is for the caller to be told, and a start for it to wait for
         try:
             return await tap.read_from_server(names), "open_nodes" if names is not None else "read_graph"
         except Exception as exc:  # the server is still down or hung: try again at the next write
