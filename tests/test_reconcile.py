@@ -314,3 +314,45 @@ def test_the_memory_file_of_a_wrapped_command_is_read_from_the_environment_it_is
         from_config.file is not None and from_config.file.path.name == "memory.jsonl"
     )  # the server's default
     assert own.file is not None and own.file.path == Path("/x/own.jsonl")
+
+
+async def test_without_the_memory_file_a_killed_write_is_reconciled_by_asking_the_restarted_server(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    hidden = tmp_path / "hidden.jsonl"
+    shim = {
+        "command": sys.executable,
+        "args": [str(KILL_AFTER_SAVE)],
+        "env": {"MEMTAP_TEST_HIDDEN_FILE": str(hidden), "MEMTAP_TEST_MEMORY_SERVER": str(MEMORY_SERVER)},
+    }
+    config = write_config(tmp_path, {"memory": shim})
+    server = start_http_server("--config", str(config), command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("create_entities", {"entities": [{"name": "dee", "entityType": "person",
+                                                                 "observations": []}]})  # fmt: skip
+        with pytest.raises(MCPError):
+            await client.call_tool("add_observations", add("dee", "saved KILL-AFTER-SAVE"))
+        await client.call_tool("add_observations", add("dee", "first after"))  # waits for the restart
+        await client.call_tool("add_observations", add("dee", "second after"))  # reads the restarted server
+    assert server.stop() == 0
+    assert file_observations(hidden)["dee"] == ["saved KILL-AFTER-SAVE", "first after", "second after"]
+    store = TraceStore(server.db)
+    events = store.list_events()
+    item = store.get_item(observation_id("dee", "saved KILL-AFTER-SAVE"))
+    store.close()
+    [failed] = [e for e in events if e.status == "error" and e.front_door == "mcp-http"]
+    assert failed.effects == []  # nothing could be read when it failed: the file is unknown, the server down
+    [settled] = [e for e in events if e.tool == "upstream/reconcile"]
+    [effect] = settled.effects
+    assert (effect.kind, effect.content_after, effect.reconciled) == (
+        EffectKind.ADD,
+        "saved KILL-AFTER-SAVE",
+        True,
+    )
+    assert effect.evidence is not None
+    assert (effect.evidence["read"], effect.evidence["event"], effect.evidence["final"]) == (
+        "open_nodes",
+        failed.id,
+        True,
+    )
+    assert item is not None and item.is_valid

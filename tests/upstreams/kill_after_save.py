@@ -5,6 +5,7 @@ every line through unchanged, both ways. A ``tools/call`` whose arguments contai
 ``KILL-AFTER-SAVE`` is passed on too; when the server answers it (so it has saved its file),
 the answer is dropped, the server is killed with SIGKILL and this process exits: to memtap,
 an upstream killed in the middle of a write that it had in fact carried out.
+With ``MEMTAP_TEST_HIDDEN_FILE`` the server's file is set here, out of memtap's sight.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ TRIGGER = "KILL-AFTER-SAVE"
 
 
 def main() -> None:
+    env = dict(os.environ)
+    if "MEMTAP_TEST_HIDDEN_FILE" in env:  # a file memtap cannot know of: it must ask the server
+        env["MEMORY_FILE_PATH"] = env["MEMTAP_TEST_HIDDEN_FILE"]
     child = subprocess.Popen(
-        [os.environ["MEMTAP_TEST_MEMORY_SERVER"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [os.environ["MEMTAP_TEST_MEMORY_SERVER"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
     )
     assert child.stdin is not None and child.stdout is not None
     doomed: set[object] = set()
