@@ -7,10 +7,8 @@ import os
 import signal
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -145,12 +143,15 @@ async def disk_fault(
             started.set()
 
     finished = False
+    injected = 0
 
     async def inject() -> None:
+        nonlocal injected
         await started.wait()
         if finished:
             return
         await anyio.to_thread.run_sync(server.run_on_loop, on)
+        injected += 1
         await anyio.sleep(hold_s)
         await anyio.to_thread.run_sync(server.run_on_loop, off)
 
@@ -166,7 +167,7 @@ async def disk_fault(
         await anyio.to_thread.run_sync(server.stop)
     row = _row(kind, durable, clients, db, ledger, calls)
     row.items_wrong = check_items(db, ledger)
-    row.faults = 1
+    row.faults = injected
     errors = ledger.errors()
     unclear = [a for a in errors if a.error is None or (clear not in a.error and "not found" not in a.error)]
     row.unclear = len(unclear)
@@ -271,6 +272,3 @@ async def upstream_faults(
         store.close()
     row.differences = state_differences(db, state, "memory")
     return row
-
-
-Scenario = Callable[..., Any]
