@@ -264,3 +264,11 @@ def m009_add_reconciled_effects(db: Database) -> None:
     (``reconciled`` 1), with the evidence as JSON: what was read, when and why."""
     db.execute("ALTER TABLE effects ADD COLUMN reconciled INTEGER NOT NULL DEFAULT 0")
     db.execute("ALTER TABLE effects ADD COLUMN evidence TEXT")
+
+
+@MIGRATIONS()
+def m012_add_run_episode_counts(db: Database) -> None:
+    """What a replay attempt sent and what the target acknowledged (JSON: writes sent, acknowledged
+    and refused, searches, probes, escape attempts refused, ...), which the isolation canary's
+    score checks against the recorded events. (Numbered 012: 007 to 011 are other branches'.)"""
+    db.execute("ALTER TABLE run_episodes ADD COLUMN counts TEXT")
