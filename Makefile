@@ -57,7 +57,8 @@ bench: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/replay_throughput.py
 	$(BIN)/python benchmarks/openai_overhead.py
 
-# The long fault and load harness (64 clients; benchmarks/fuzz_soak.py too when present): prints the
+# The long harness: the fault and load harness (64 clients) and then the fuzz
+# (benchmarks/fuzz_soak.py, MEMTAP_FUZZ_EXAMPLES cases per operation and mode, default 200); prints the
 # reliability table of docs/reliability.md and exits 1 when a target is missed.
 soak: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/soak.py

@@ -17,8 +17,8 @@ measured and reported, not a failure.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
+import re
 import subprocess
 import sys
 import tempfile
@@ -53,19 +53,22 @@ async def scenarios(folder: Path, clients: int, calls: int) -> list[Row]:
     return rows
 
 
-def fuzz() -> str | None:
+def fuzz() -> tuple[str, bool] | None:
+    """Run benchmarks/fuzz_soak.py when present: its summary, and whether it met its targets."""
     script = ROOT / "benchmarks" / "fuzz_soak.py"
     if not script.exists():
         return None
+    print("# fuzz (benchmarks/fuzz_soak.py) ...", file=sys.stderr, flush=True)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT)
-    found = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if found:
-        try:
-            data = json.loads(found[-1])
-            return f"{data.get('cases')} cases, {data.get('5xx')} answered 5xx (exit {done.returncode})"
-        except ValueError:
-            pass
-    return f"benchmarks/fuzz_soak.py exited {done.returncode}: {done.stdout.strip().splitlines()[-1:]}"
+    lines = done.stdout.splitlines()
+    counted = next((m for line in lines if (m := re.search(r"fuzz cases (\d+), 5xx (\d+)", line))), None)
+    up = any(line.startswith("server up after fuzzing: yes") for line in lines)
+    if counted is None:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        return f"benchmarks/fuzz_soak.py exited {done.returncode} without its summary: {tail}", False
+    cases, errors = int(counted.group(1)), int(counted.group(2))
+    summary = f"{cases} cases, {errors} answered 5xx, server up after fuzzing: {'yes' if up else 'NO'}"
+    return summary, errors == 0 and up and done.returncode == 0
 
 
 def missed(rows: list[Row]) -> list[str]:
@@ -91,10 +94,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="memtap-soak-") as tmp:
         rows = anyio.run(scenarios, Path(tmp), args.clients, args.calls)
     fuzzed = fuzz()
-    print(table(rows, fuzzed))
+    print(table(rows, fuzzed[0] if fuzzed else None))
     problems = missed(rows)
-    if fuzzed is not None and " 0 answered 5xx" not in fuzzed:
-        problems.append(f"fuzz: {fuzzed}")
+    if fuzzed is not None and not fuzzed[1]:
+        problems.append(f"fuzz: {fuzzed[0]}")
     for problem in problems:
         print(f"MISSED: {problem}")
     sys.exit(1 if problems else 0)
