@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memtap.cli.hw import hw_options, hw_session
+from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
@@ -151,12 +153,15 @@ class _ProxyGroup(click.Group):
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
 @auth_options
+@hw_options
 @limit_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
+@jwt_options
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
 def proxy(
     ctx: click.Context,
+    /,
     config: Path | None,
     stdio: bool,
     http: str | None,
@@ -174,9 +179,13 @@ def proxy(
     grants: tuple[str, ...],
     act_for: tuple[str, ...],
     context_args: bool | None,
+    hw_probe: bool,
+    hw_interval: float,
+    hw_baseline: float,
     limits: Limits,
     console_spans: bool,
     verbose: bool,
+    **jwt_flags: str | None,
 ) -> None:
     """Wrap MCP servers (a config's mcpServers, or one command after --) and record every call.
 
@@ -199,6 +208,8 @@ def proxy(
     if explain:
         anyio.run(lambda: _explain(servers, inherit, timeout))
         return
+    bearer_jwts = jwt_authenticators(loaded, **jwt_flags)
+    gate = (loaded.memtap.gate or "enforce") if bearer_jwts else None
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
@@ -207,14 +218,16 @@ def proxy(
         default_principal=principal,
         limits=limits,
         console_spans=console_spans,
-        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args),
+        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
+        authenticators=bearer_jwts,
         upstreams=servers,
         upstream_eager=start == "eager",
         upstream_timeout=timeout,
         upstream_inherit_env=inherit,
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
-    anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
+    with hw_session(hw_probe, settings.db, hw_interval, hw_baseline, "proxy"):
+        anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
 
 
 async def _explain(servers: dict[str, Any], inherit: bool, timeout: float | None) -> None:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from memtap.cli.hw import hw_options, hw_session
+from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
@@ -62,7 +64,9 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     type=click.Path(dir_okay=False, path_type=Path),
     help="YAML/JSON config: LiteLLM's model_list (chat upstreams at /v1) and a memtap section.",
 )
+@hw_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
+@jwt_options
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 def serve(
     http: str | None,
@@ -78,8 +82,12 @@ def serve(
     max_content_bytes: int,
     limits: Limits,
     config_path: Path | None,
+    hw_probe: bool,
+    hw_interval: float,
+    hw_baseline: float,
     console_spans: bool,
     verbose: bool,
+    **jwt_flags: str | None,
 ) -> None:
     """Serve memory tools over MCP (stdio and/or streamable HTTP), recording every call."""
     import anyio
@@ -88,6 +96,9 @@ def serve(
     from memtap.proxy.serve import serve as run
 
     config, keys = serving_config(config_path, api_keys, verbose)
+    bearer_jwts = jwt_authenticators(config, **jwt_flags)
+    if bearer_jwts and gate is None:  # credentials are required: enforce, unless the config says
+        gate = config.memtap.gate or "enforce"
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
@@ -97,7 +108,9 @@ def serve(
         max_content_bytes=max_content_bytes,
         limits=limits,
         **auth_settings(config, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
+        authenticators=bearer_jwts,
         console_spans=console_spans,
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
-    anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
+    with hw_session(hw_probe, settings.db, hw_interval, hw_baseline, "serve"):
+        anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
