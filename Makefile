@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The reference MCP memory server the integration tests run as a real upstream (package.json).
 NODE_STAMP := node_modules/.installed
+# Debian's chromium, which the dashboard's browser tests drive through Playwright (never
+# `playwright install`: the tests pass its path). Installed once when missing and apt-get exists.
+CHROMIUM_STAMP := $(VENV)/.chromium
 
 .PHONY: demo test lint typecheck pytest bench soak clean
 
@@ -22,6 +25,15 @@ $(NODE_STAMP): package.json package-lock.json
 		echo "npm not found: tests that need the reference MCP memory server will be skipped"; \
 	fi
 
+$(CHROMIUM_STAMP):
+	@if command -v chromium >/dev/null 2>&1; then \
+		touch $@; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		(apt-get update -qq && apt-get install -y -qq chromium) && touch $@; \
+	else \
+		echo "no chromium and no apt-get: the dashboard's browser tests will be skipped"; \
+	fi
+
 # The main job: generate a small paradigms + permission suite, replay it on the embedded backend
 # through memtap's MCP front door, and score the run: the table ends the demo.
 demo: $(STAMP)
@@ -37,6 +49,9 @@ demo: $(STAMP)
 	$(BIN)/memtap replay .demo/suite.jsonl --target builtin --workers 2 --run demo --db .demo/replay.db
 	@echo "== 3. Its score: storage, retrieval and answer levels, profiles, failure attribution"
 	$(BIN)/memtap score demo --db .demo/replay.db
+	$(BIN)/memtap report demo --db .demo/replay.db -o .demo/report.html
+	@echo "== Look at it: the run's report is .demo/report.html; the dashboard opens with"
+	@echo "   $(BIN)/memtap ui --db .demo/replay.db    (then http://127.0.0.1:8760/ui/)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check memtap tests benchmarks scripts
@@ -45,7 +60,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(NODE_STAMP)
+pytest: $(STAMP) $(NODE_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest
@@ -56,6 +71,7 @@ bench: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/search_scaling.py
 	$(BIN)/python benchmarks/replay_throughput.py
 	$(BIN)/python benchmarks/openai_overhead.py
+	$(BIN)/python benchmarks/ui_pages.py
 
 # The long harness: the fault and load harness (64 clients) and then the fuzz
 # (benchmarks/fuzz_soak.py, MEMTAP_FUZZ_EXAMPLES cases per operation and mode, default 200); prints the

@@ -45,6 +45,7 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
     assert applied == [
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
         "m009_add_reconciled_effects", "m012_add_run_episode_counts", "m017_create_hw_samples",
+        "m019_create_ui_indexes",
     ]  # fmt: skip
     assert applied == [m.name for m in MIGRATIONS._migrations]
     assert _columns(db_path, "hw_samples") == [

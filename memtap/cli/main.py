@@ -45,7 +45,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from memtap.cli import demo, hw, items, proxy, replay, score, serve, suite, trace, verify
+    from memtap.cli import demo, hw, items, proxy, replay, score, serve, suite, trace, ui, verify
 
     cli.add_command(serve.serve)
     cli.add_command(trace.trace)
@@ -59,6 +59,9 @@ def _register() -> None:
     cli.add_command(score.compare)
     cli.add_command(verify.verify)
     cli.add_command(hw.hw)
+    cli.add_command(ui.ui)
+    cli.add_command(ui.report)
+    cli.add_command(ui.datasette_metadata_command)
 
 
 _register()

@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from memtap import __version__
 from memtap.auth.resource import ProtectedResource
@@ -151,6 +151,16 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         app.router.routes.append(
             Route("/servers/{name}/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
         )
+    from memtap.ui import create_ui_app  # the read-only dashboard, behind the same gate and grants
+
+    dashboard = create_ui_app(
+        settings.db,
+        policy=settings.policy,
+        authentication=authentication,
+        upstreams=runtime.upstreams.status if runtime.upstreams is not None else None,
+        loopback_only=is_loopback(host) and not settings.authenticated,
+    )
+    app.router.routes.append(Mount("/ui", app=dashboard))
     return app
 
 

@@ -339,3 +339,13 @@ def m017_create_hw_samples(db: Database) -> None:
     )
     db.execute("CREATE INDEX hw_samples_run ON hw_samples(run_id, device, ts)")
     db.execute("CREATE INDEX hw_samples_time ON hw_samples(ts)")
+
+
+@MIGRATIONS()
+def m019_create_ui_indexes(db: Database) -> None:
+    """Indexes for the dashboard's keyset pages: the newest events of one op, namespace,
+    session, principal, upstream, run or status, newest first, and one namespace's items by id.
+    (Numbered 019: the numbers between are other branches'.)"""
+    for column in ("op", "namespace", "session", "principal", "upstream", "run_id", "status"):
+        db.execute(f"CREATE INDEX IF NOT EXISTS events_{column}_id ON events({column}, id)")
+    db.execute("CREATE INDEX IF NOT EXISTS items_namespace_id ON items(namespace, item_id)")

@@ -1,0 +1,281 @@
+"""The read-only web dashboard: a Starlette app over one trace file.
+
+``memtap ui`` serves it alone; ``memtap serve`` and ``memtap proxy`` mount it at ``/ui`` behind
+the same gate as the API. A caller sees only what its grants let it read
+(``Policy.allows(caller, namespace, Right.READ)``); a ``local`` caller sees everything.
+Templates autoescape everything: memory content is untrusted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memtap.auth.caller import CALLER_SCOPE_KEY, Caller, local_caller
+from memtap.auth.gate import Authentication, Gate
+from memtap.auth.grants import Policy, Right
+from memtap.scoring.compare import compare_scores
+from memtap.scoring.errors import ScoringError
+from memtap.ui.charts import compare_charts, headline_rows, score_charts
+from memtap.ui.queries import EVENT_FILTERS, LIVE_BATCH, Reader, Row, loads
+
+__all__ = ["HERE", "create_ui_app", "environment", "word_diff"]
+
+HERE = Path(__file__).parent
+UpstreamStatus = Callable[[], dict[str, Any]]
+
+
+def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
+    """``before`` → ``after`` as (``same`` | ``del`` | ``ins``, text) runs of words."""
+    a, b = (before or "").split(" "), (after or "").split(" ")
+    out: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.append(("same", " ".join(a[i1:i2])))
+        else:
+            if i2 > i1:
+                out.append(("del", " ".join(a[i1:i2])))
+            if j2 > j1:
+                out.append(("ins", " ".join(b[j1:j2])))
+    return out
+
+
+def _pretty(value: Any) -> str:
+    if isinstance(value, str):
+        value = loads(value)
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True) if value is not None else ""
+
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class LoopbackHostOnly:
+    """Refuses (400) requests whose Host is not a loopback name: served keyless on loopback, the
+    dashboard would otherwise be readable by any web page through DNS rebinding (the MCP front
+    door has the SDK's same protection)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            name = host[1:].split("]")[0] if host.startswith("[") else host.split(":")[0]
+            if name not in LOOPBACK_NAMES:
+                await PlainTextResponse(f"Host {host!r} is not allowed", status_code=400)(
+                    scope, receive, send
+                )
+                return
+        await self.app(scope, receive, send)
+
+
+def environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    env.globals.update(word_diff=word_diff, pretty=_pretty, loads=loads)
+    return env
+
+
+def create_ui_app(
+    db: str | Path,
+    *,
+    policy: Policy | None = None,
+    authentication: Authentication | None = None,
+    upstreams: UpstreamStatus | None = None,
+    loopback_only: bool = False,
+) -> Starlette:
+    """The dashboard over the trace file ``db`` (already migrated by whoever opened it), behind
+    ``authentication``'s gate when given (a 401 without a key when keys are configured);
+    ``loopback_only``: refuse requests whose Host is not a loopback name."""
+    reader = Reader(db)
+    policy = policy or Policy()
+    env = environment()
+
+    def caller_of(request: Request) -> Caller:
+        found = request.scope.get(CALLER_SCOPE_KEY)
+        return found if isinstance(found, Caller) else local_caller()
+
+    def readable(request: Request) -> Callable[[Row], bool]:
+        caller = caller_of(request)
+        if not caller.restricted:
+            return lambda _: True
+
+        def visible(row: Row) -> bool:  # its own calls (refused ones too), and what it may read
+            if row.get("principal") == caller.principal and "tool" in row:
+                return True
+            return bool(row.get("namespace")) and policy.allows(caller, row["namespace"], Right.READ)
+
+        return visible
+
+    def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        def url(route: str, **params: Any) -> str:
+            return link(request, route, **params)
+
+        html = env.get_template(name).render(request=request, url=url, caller=caller_of(request), **context)
+        return HTMLResponse(html, status_code=status)
+
+    def link(request: Request, route: str, **params: Any) -> str:
+        return str(request.scope.get("root_path", "")) + str(app.router.url_path_for(route, **params))
+
+    def filters_of(request: Request) -> dict[str, str]:
+        return {k: request.query_params[k] for k in EVENT_FILTERS if request.query_params.get(k)}
+
+    def home(request: Request) -> Response:
+        return RedirectResponse(link(request, "events"))
+
+    def events(request: Request) -> Response:
+        filters = filters_of(request)
+        rows, nxt = reader.events(
+            filters, before=request.query_params.get("before"), visible=readable(request)
+        )
+        return page(request, "events.html", events=rows, next=nxt, filters=filters, names=EVENT_FILTERS)
+
+    def api_events(request: Request) -> Response:
+        after = request.query_params.get("after") or ""
+        rows, cursor = reader.events(
+            filters_of(request), after=after, visible=readable(request), limit=LIVE_BATCH
+        )
+        out = [
+            {
+                **{
+                    k: row[k]
+                    for k in ("id", "started_at", "op", "tool", "namespace", "principal", "session", "status")
+                },
+                "summary": row["summary"],
+                "items": [
+                    {
+                        "id": f["item_id"],
+                        "url": link(request, "item", backend=f["backend"], item_id=f["item_id"]),
+                    }
+                    for f in row["effects"][:3]
+                ],
+                "url": link(request, "event", event_id=row["id"]),
+            }
+            for row in rows
+        ]
+        return JSONResponse({"events": out, "cursor": cursor or after})
+
+    def event(request: Request) -> Response:
+        found = reader.event(request.path_params["event_id"])
+        if found is None or not readable(request)(found):
+            raise HTTPException(404, f"no event {request.path_params['event_id']!r}")
+        return page(request, "event.html", event=found, context=loads(found["context"]))
+
+    def namespaces(request: Request) -> Response:
+        rows, nxt = reader.namespaces(after=request.query_params.get("after"))
+        rows = [r for r in rows if readable(request)(r)]
+        return page(request, "namespaces.html", namespaces=rows, next=nxt)
+
+    def items(request: Request) -> Response:
+        namespace = request.query_params.get("namespace", "")
+        if not namespace or not readable(request)({"namespace": namespace}):
+            raise HTTPException(404, f"no namespace {namespace!r}")
+        rows, nxt = reader.items(namespace, after=request.query_params.get("after"))
+        return page(request, "items.html", namespace=namespace, items=rows, next=nxt)
+
+    def item(request: Request) -> Response:
+        backend, item_id = request.path_params["backend"], request.path_params["item_id"]
+        found = reader.item(backend, item_id)
+        if found is None or not readable(request)(found):
+            raise HTTPException(404, f"no item {item_id!r} in backend {backend!r}")
+        return page(request, "item.html", item=found)
+
+    def findings(request: Request) -> Response:
+        before = request.query_params.get("before")
+        if reader.has_table("findings"):
+            rows, nxt = reader.findings(before=int(before) if before and before.isdigit() else None)
+            rows = [r for r in rows if "namespace" not in r or readable(request)(r)]
+            return page(request, "findings.html", table=True, findings=rows, next=nxt)
+        denials, cursor = reader.denials(before=before, visible=readable(request))
+        return page(request, "findings.html", table=False, findings=denials, next=cursor)
+
+    def run_visible(request: Request, run_id: str) -> bool:
+        check = readable(request)
+        return all(check({"namespace": ns}) for ns in reader.run_namespaces(run_id))
+
+    def runs(request: Request) -> Response:
+        rows, nxt = reader.runs(before=request.query_params.get("before"))
+        rows = [r for r in rows if run_visible(request, r["id"])]
+        return page(request, "runs.html", runs=rows, next=nxt)
+
+    def run(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        found = reader.run(run_id)
+        if found is None or not run_visible(request, run_id):
+            raise HTTPException(404, f"no run {run_id!r}")
+        score = found["score"]
+        charts = score_charts(score) if score else []
+        return page(
+            request,
+            "run.html",
+            run=found,
+            score=score,
+            charts=charts,
+            headline=headline_rows(score) if score else [],
+        )
+
+    def compare(request: Request) -> Response:
+        a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+        runs = [reader.run(x) if x and run_visible(request, x) else None for x in (a, b)]
+        missing = [x for x, r in zip((a, b), runs, strict=True) if r is None]
+        if missing:
+            raise HTTPException(404, f"no run {missing[0]!r}")
+        unscored = [x for x, r in zip((a, b), runs, strict=True) if r is not None and r["score"] is None]
+        error, result = None, None
+        if unscored:
+            error = f"run {unscored[0]!r} has no score yet: run `memtap score {unscored[0]}` first"
+        else:
+            try:
+                result = compare_scores(runs[0]["score"], runs[1]["score"])  # type: ignore[index]
+            except ScoringError as exc:
+                error = str(exc)
+        charts = compare_charts(result) if result else []
+        return page(request, "compare.html", a=a, b=b, result=result, error=error, charts=charts)
+
+    def upstream_page(request: Request) -> Response:
+        caller = caller_of(request)
+        live = upstreams() if upstreams is not None else None
+        stats = [r for r in reader.upstreams() if policy.may_call_upstream(caller, r["upstream"])]
+        if live is not None and caller.restricted:
+            live = {k: v for k, v in live.items() if policy.may_call_upstream(caller, k)}
+        return page(request, "upstreams.html", live=live, stats=stats)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        detail = exc.detail if isinstance(exc, HTTPException) else "not found"
+        return page(request, "404.html", status=404, detail=detail)
+
+    routes = [
+        Route("/", home, name="home"),
+        Route("/events", events, name="events"),
+        Route("/events/{event_id}", event, name="event"),
+        Route("/api/events", api_events, name="api_events"),
+        Route("/memory", namespaces, name="namespaces"),
+        Route("/memory/items", items, name="items"),
+        Route("/memory/items/{backend}/{item_id:path}", item, name="item"),
+        Route("/findings", findings, name="findings"),
+        Route("/runs", runs, name="runs"),
+        Route("/runs/{run_id}", run, name="run"),
+        Route("/compare", compare, name="compare"),
+        Route("/upstreams", upstream_page, name="upstreams"),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    middleware = [Middleware(LoopbackHostOnly)] if loopback_only else []
+    if authentication is not None:
+        middleware.append(Middleware(Gate, authentication=authentication))
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers={404: not_found})
+    return app
