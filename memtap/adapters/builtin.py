@@ -13,17 +13,30 @@ another value than the one its index was built at rebuilds the index. The FTS5 t
 ``builtin_memory_fts`` stays the file's durable full-text index (for sqlite3 and
 Datasette users): it holds exactly the current versions, each write changing only the
 rows it touches.
+
+All SQLite work runs on one dedicated thread (:class:`SqliteThread`), never on the event
+loop: a commit (an fsync in durable mode) does not stall other requests, and the
+connection, the indexes and the generation counters belong to that thread alone.
+
+A write commits its call's event in the same transaction when the trace lives in this
+file (:mod:`memtap.trace.inline`): the value and effects are read inside the
+transaction, handed to the call's :class:`~memtap.trace.inline.InlineEvent`, and the
+event is inserted with :func:`~memtap.trace.store.insert_events` before ``COMMIT``. So a
+write and its event are on disk together or not at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
@@ -32,11 +45,15 @@ from memtap.adapters.base import BackendResult, StoredMemory, StoredVersion
 from memtap.adapters.bm25 import NamespaceIndexes, tokenize
 from memtap.errors import BackendError, ItemNotFound
 from memtap.ids import new_id
+from memtap.trace.inline import InlineEvent, current_inline_event
 from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Provenance, utc_now
 from memtap.trace.sqlite import describe_sqlite_error, open_database
-from memtap.trace.store import immediate_transaction
+from memtap.trace.store import insert_events
 
-__all__ = ["MIGRATIONS", "BuiltinBackend", "fts_query", "tokenize"]
+__all__ = ["MIGRATIONS", "BuiltinBackend", "SqliteThread", "fts_query", "tokenize"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 MIGRATIONS = Migrations("memtap.builtin")
 
@@ -115,18 +132,57 @@ _COLUMN_NAMES = (
 _COLUMNS = ", ".join(_COLUMN_NAMES)
 
 
+class SqliteThread:
+    """One dedicated thread for one SQLite connection: its calls run there, one at a time.
+
+    A caller that stops waiting (cancelled) leaves a started call to finish; a call that
+    had not started yet never runs.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False)
+
+
+class _Abandoned(Exception):
+    """The call was cancelled before its write committed: roll the write back."""
+
+
+@dataclass
+class _Written:
+    result: BackendResult
+    namespace: str
+    generation: int
+    removed: int | None = None
+    added: tuple[int, str] | None = None
+
+
 class BuiltinBackend:
-    """memtap's own memory store. Safe for one event loop; calls are short SQLite transactions."""
+    """memtap's own memory store; its SQLite work runs on one dedicated thread."""
 
     name = "builtin"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, durable: bool = False) -> None:
         self.path = Path(path)
-        self.db = open_database(self.path, MIGRATIONS)
+        self.real_path = self.path.resolve()
+        self.db = open_database(self.path, MIGRATIONS, durable=durable, check_same_thread=False)
         self.conn = self.db.conn
         self._indexes: NamespaceIndexes[int] = NamespaceIndexes()  # keyed by version_id
+        self._thread = SqliteThread("memtap-builtin")
 
     async def close(self) -> None:
+        try:
+            await self._thread.run(self._close)
+        finally:
+            self._thread.shutdown()
+
+    def _close(self) -> None:
         self._indexes.clear()
         self.conn.close()
 
@@ -225,8 +281,49 @@ class BuiltinBackend:
             (row["version_id"], row["content"], row["namespace"], row["item_id"]),
         )
 
-    def _write(self) -> Any:
-        return immediate_transaction(self.db)
+    def _transact(self, inline: InlineEvent | None, work: Callable[[], _Written]) -> _Written:
+        """Run ``work`` in one write transaction, committing the call's event in it too (``inline``).
+
+        On this backend's thread. The value and effects are what ``work`` read inside the
+        transaction; nothing is read after the commit.
+        """
+        claimed = False
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                written = work()
+                if inline is not None:
+                    event = inline.claim(written.result.value, written.result.effects)
+                    if event is None:
+                        raise _Abandoned
+                    claimed = True
+                    insert_events(conn, [event])
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except BaseException as exc:
+            if claimed:
+                assert inline is not None
+                inline.release()
+            if isinstance(exc, _Abandoned):
+                raise BackendError(
+                    "the call was cancelled before its write committed; nothing was written"
+                ) from None
+            if isinstance(exc, sqlite3.Error):
+                raise BackendError(describe_sqlite_error(self.path, exc)) from exc
+            if isinstance(exc, BackendError) or not isinstance(exc, Exception):
+                raise
+            raise BackendError(f"the write was rolled back: {type(exc).__name__}: {exc}") from exc
+        if claimed:
+            assert inline is not None
+            inline.committed()
+        self._indexes.committed(
+            written.namespace, written.generation, removed=written.removed, added=written.added
+        )
+        return written
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -262,7 +359,7 @@ class BuiltinBackend:
             (namespace,),
         )
 
-    # -- the protocol ----------------------------------------------------------------------
+    # -- the protocol: each method runs its SQLite work on the backend's thread -----------
 
     async def add(
         self,
@@ -273,36 +370,57 @@ class BuiltinBackend:
         tags: AccessTags | None = None,
         provenance: Provenance | None = None,
     ) -> BackendResult:
+        inline = current_inline_event(self.real_path)
+        return await self._thread.run(self._add, namespace, content, metadata or {}, tags, provenance, inline)
+
+    def _add(
+        self,
+        namespace: str,
+        content: str,
+        metadata: dict[str, Any],
+        tags: AccessTags | None,
+        provenance: Provenance | None,
+        inline: InlineEvent | None,
+    ) -> BackendResult:
         item_id = "mem_" + new_id()
         at = utc_now().isoformat()
-        try:
-            with self._write():
-                version_id = self._insert_version(
-                    item_id, namespace, 1, content, metadata or {}, tags, provenance, at, at
-                )
-                generation = self._bump_generation(namespace)
-        except sqlite3.Error as exc:
-            raise BackendError(describe_sqlite_error(self.path, exc)) from exc
-        self._indexes.committed(namespace, generation, added=(version_id, content))
-        stored = StoredMemory(
-            id=item_id,
-            namespace=namespace,
-            content=content,
-            metadata=metadata or {},
-            tags=tags,
-            provenance=provenance or Provenance(),
-            created_at=datetime.fromisoformat(at),
-            updated_at=datetime.fromisoformat(at),
-        )
-        effect = MemoryEffect(
-            kind=EffectKind.ADD, item_id=item_id, namespace=namespace, content_after=content, tags_after=tags
-        )
-        return BackendResult(stored.model_dump(mode="json", exclude_none=True), [effect])
+
+        def work() -> _Written:
+            version_id = self._insert_version(
+                item_id, namespace, 1, content, metadata, tags, provenance, at, at
+            )
+            stored = StoredMemory(
+                id=item_id,
+                namespace=namespace,
+                content=content,
+                metadata=metadata,
+                tags=tags,
+                provenance=provenance or Provenance(),
+                created_at=datetime.fromisoformat(at),
+                updated_at=datetime.fromisoformat(at),
+            )
+            effect = MemoryEffect(
+                kind=EffectKind.ADD,
+                item_id=item_id,
+                namespace=namespace,
+                content_after=content,
+                tags_after=tags,
+            )
+            value = stored.model_dump(mode="json", exclude_none=True)
+            generation = self._bump_generation(namespace)
+            return _Written(
+                BackendResult(value, [effect]), namespace, generation, added=(version_id, content)
+            )
+
+        return self._transact(inline, work).result
 
     async def search(self, namespace: str, query: str, *, limit: int = 10) -> BackendResult:
         tokens = list(dict.fromkeys(tokenize(query)))  # each distinct word weighs once
         if not tokens or limit <= 0:
             return BackendResult({"results": []})
+        return await self._thread.run(self._search, namespace, tokens, limit)
+
+    def _search(self, namespace: str, tokens: list[str], limit: int) -> BackendResult:
         try:
             with self._snapshot():
                 index = self._indexes.get(
@@ -332,18 +450,26 @@ class BuiltinBackend:
         return BackendResult({"results": results}, effects)
 
     async def get(self, namespace: str, item_id: str) -> BackendResult:
+        return await self._thread.run(self._get, namespace, item_id)
+
+    def _get(self, namespace: str, item_id: str) -> BackendResult:
         row = self._current(namespace, item_id)
         return BackendResult(self._memory(row).model_dump(mode="json", exclude_none=True))
 
     async def list(self, namespace: str, *, limit: int = 50, offset: int = 0) -> BackendResult:
-        total = self._one(
-            "SELECT count(*) AS n FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL", (namespace,)
-        )
-        rows = self._rows(
-            f"SELECT {_COLUMNS} FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL"
-            " ORDER BY version_id LIMIT ? OFFSET ?",
-            (namespace, limit, offset),
-        )
+        return await self._thread.run(self._list, namespace, limit, offset)
+
+    def _list(self, namespace: str, limit: int, offset: int) -> BackendResult:
+        with self._snapshot():
+            total = self._one(
+                "SELECT count(*) AS n FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL",
+                (namespace,),
+            )
+            rows = self._rows(
+                f"SELECT {_COLUMNS} FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL"
+                " ORDER BY version_id LIMIT ? OFFSET ?",
+                (namespace, limit, offset),
+            )
         items = [self._memory(row).model_dump(mode="json", exclude_none=True) for row in rows]
         return BackendResult({"items": items, "total": total["n"] if total else 0, "offset": offset})
 
@@ -357,68 +483,92 @@ class BuiltinBackend:
         tags: AccessTags | None = None,
         provenance: Provenance | None = None,
     ) -> BackendResult:
+        inline = current_inline_event(self.real_path)
+        return await self._thread.run(
+            self._update, namespace, item_id, content, metadata, tags, provenance, inline
+        )
+
+    def _update(
+        self,
+        namespace: str,
+        item_id: str,
+        content: str | None,
+        metadata: dict[str, Any] | None,
+        tags: AccessTags | None,
+        provenance: Provenance | None,
+        inline: InlineEvent | None,
+    ) -> BackendResult:
         at = utc_now().isoformat()
-        try:
-            with self._write():
-                row = self._current(namespace, item_id)
-                old_tags = _tags_of(row)
-                new_content = row["content"] if content is None else content
-                new_metadata = json.loads(row["metadata"]) if metadata is None else metadata
-                new_tags = old_tags if tags is None else tags
-                self._close_version(row, at, "update")
-                version_id = self._insert_version(
-                    item_id,
-                    namespace,
-                    row["version"] + 1,
-                    new_content,
-                    new_metadata,
-                    new_tags,
-                    provenance,
-                    at,
-                    row["created_at"],
-                )
-                generation = self._bump_generation(namespace)
-        except sqlite3.Error as exc:
-            raise BackendError(describe_sqlite_error(self.path, exc)) from exc
-        self._indexes.committed(
-            namespace, generation, removed=row["version_id"], added=(version_id, new_content)
-        )
-        current = self._current(namespace, item_id)
-        effect = MemoryEffect(
-            kind=EffectKind.UPDATE,
-            item_id=item_id,
-            namespace=namespace,
-            content_before=row["content"],
-            content_after=new_content,
-            tags_before=old_tags,
-            tags_after=new_tags,
-        )
-        value = self._memory(current).model_dump(mode="json", exclude_none=True)
-        return BackendResult(value, [effect])
+
+        def work() -> _Written:
+            row = self._current(namespace, item_id)
+            old_tags = _tags_of(row)
+            new_content = row["content"] if content is None else content
+            new_metadata = json.loads(row["metadata"]) if metadata is None else metadata
+            new_tags = old_tags if tags is None else tags
+            self._close_version(row, at, "update")
+            version_id = self._insert_version(
+                item_id,
+                namespace,
+                row["version"] + 1,
+                new_content,
+                new_metadata,
+                new_tags,
+                provenance,
+                at,
+                row["created_at"],
+            )
+            generation = self._bump_generation(namespace)
+            current = self._current(namespace, item_id)  # inside the transaction: what was committed
+            effect = MemoryEffect(
+                kind=EffectKind.UPDATE,
+                item_id=item_id,
+                namespace=namespace,
+                content_before=row["content"],
+                content_after=new_content,
+                tags_before=old_tags,
+                tags_after=new_tags,
+            )
+            value = self._memory(current).model_dump(mode="json", exclude_none=True)
+            return _Written(
+                BackendResult(value, [effect]),
+                namespace,
+                generation,
+                removed=row["version_id"],
+                added=(version_id, new_content),
+            )
+
+        return self._transact(inline, work).result
 
     async def delete(
         self, namespace: str, item_id: str, *, provenance: Provenance | None = None
     ) -> BackendResult:
+        inline = current_inline_event(self.real_path)
+        return await self._thread.run(self._delete, namespace, item_id, inline)
+
+    def _delete(self, namespace: str, item_id: str, inline: InlineEvent | None) -> BackendResult:
         at = utc_now().isoformat()
-        try:
-            with self._write():
-                row = self._current(namespace, item_id)
-                self._close_version(row, at, "delete")
-                generation = self._bump_generation(namespace)
-        except sqlite3.Error as exc:
-            raise BackendError(describe_sqlite_error(self.path, exc)) from exc
-        self._indexes.committed(namespace, generation, removed=row["version_id"])
-        tags = _tags_of(row)
-        effect = MemoryEffect(
-            kind=EffectKind.DELETE,
-            item_id=item_id,
-            namespace=namespace,
-            content_before=row["content"],
-            tags_before=tags,
-        )
-        return BackendResult({"id": item_id, "deleted": True, "deleted_at": at}, [effect])
+
+        def work() -> _Written:
+            row = self._current(namespace, item_id)
+            self._close_version(row, at, "delete")
+            generation = self._bump_generation(namespace)
+            effect = MemoryEffect(
+                kind=EffectKind.DELETE,
+                item_id=item_id,
+                namespace=namespace,
+                content_before=row["content"],
+                tags_before=_tags_of(row),
+            )
+            value = {"id": item_id, "deleted": True, "deleted_at": at}
+            return _Written(BackendResult(value, [effect]), namespace, generation, removed=row["version_id"])
+
+        return self._transact(inline, work).result
 
     async def history(self, namespace: str, item_id: str) -> BackendResult:
+        return await self._thread.run(self._history, namespace, item_id)
+
+    def _history(self, namespace: str, item_id: str) -> BackendResult:
         rows = self._rows(
             "SELECT version, content, metadata, tags, provenance, valid_from, valid_to, closed_by"
             " FROM builtin_memory WHERE item_id = ? AND namespace = ? ORDER BY version",
