@@ -29,6 +29,7 @@ with ``derived_from`` naming the observation it replaced.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -151,13 +152,14 @@ class GraphTap:
         if names is None:
             if self.file is not None:
                 with contextlib.suppress(OSError):
-                    graph = self.file.scan_all()
-                    return graph
+                    return await asyncio.to_thread(self.file.scan_all)  # the whole file: off the loop
             return graph_from_result(await self.upstream.call_tool("read_graph", {}))
         if self.file is None:
             return await self._open_nodes(names)
         try:
-            graph = self.file.read(names, fresh=fresh)
+            # A cache hit costs a stat; a read of the file (it may be large) runs off the event loop.
+            hit = None if fresh else self.file.cached(names)
+            graph = hit if hit is not None else await asyncio.to_thread(self.file.read, names, fresh=fresh)
         except OSError as exc:
             log.warning("upstream %s: cannot read %s (%s); reading state with open_nodes",
                         self.upstream.name, self.file.path, exc)  # fmt: skip

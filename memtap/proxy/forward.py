@@ -286,9 +286,9 @@ def build_forward_server(
                 code = _error_code(exc)
                 data = exc.data if isinstance(exc, UpstreamRPCError) else None
                 raise
-        if parsed is not None:
+        if parsed is not None and call.commit_error is None:
             return parsed
-        raise MCPError(code, call.error or "error", data)
+        raise MCPError(code, call.error or "error", data)  # durable: an uncommitted event is an error
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -318,6 +318,7 @@ def build_forward_server(
         candidates = [router.resources[uri]] if uri in router.resources else router.upstreams()
         principal, front_door, layers = caller(ctx)
         last: MemtapError = UnknownTool(f"no upstream offers resource {uri!r}")
+        read: types.ReadResourceResult | None = None
         for upstream in candidates:
             async with recorded_call(
                 recorder,
@@ -341,7 +342,11 @@ def build_forward_server(
                     call.end_backend()
                 contents = result.get("contents") or []
                 call.value = {"contents": len(contents)}
-                return types.ReadResourceResult.model_validate(result)
+                read = types.ReadResourceResult.model_validate(result)
+            if read is not None:
+                if call.commit_error is not None:  # durable: an uncommitted event is an error
+                    raise MCPError(types.INTERNAL_ERROR, call.commit_error)
+                return read
         raise MCPError(_error_code(last), str(last))
 
     async def list_prompts(

@@ -26,6 +26,7 @@ from memtap.config import ConfigFile
 from memtap.errors import InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
 from memtap.proxy.context import build_context, build_context_safely
+from memtap.proxy.held import HeldReply
 from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer
@@ -139,6 +140,7 @@ class OpenAIFrontDoor:
         upstream = None if embedder is not None else self.router.get(alias)
         provider = "local" if embedder is not None else (upstream.provider if upstream is not None else None)
         answered = False
+        held = HeldReply(send, hold=self.recorder.durable)  # durable: the answer waits for the commit
         async with recorded_call(
             self.recorder,
             tool="embeddings",
@@ -183,7 +185,7 @@ class OpenAIFrontDoor:
                     )
                 call.end_backend()
                 answered = True
-                await send_bytes(send, 200, body)
+                await send_bytes(held, 200, body)
                 call.total_ms = (time.perf_counter() - t0) * 1000
                 usage = _usage_of(body)
                 call.input_tokens = usage.get("prompt_tokens")
@@ -193,6 +195,7 @@ class OpenAIFrontDoor:
                 answered = True
                 await send_bytes(send, exc.status, exc.body)
                 raise
+        await held.release(call, stream=False)
         if not answered:
             await send_bytes(send, 500, error_body(f"internal error: {call.error}", "server_error"))
 

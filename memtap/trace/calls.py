@@ -154,6 +154,7 @@ async def recorded_call(
     inline = InlineEvent(recorder.real_path, build, recorder.count_committed) if op in _STORAGE_OPS else None
     token = _CURRENT_CALL.set(record.id)
     offered = offer(inline)
+    recorder.stats.open_calls += 1
     span_cm = (
         chat_span(model or tool, provider or backend) if op == Op.CHAT else memory_span(op, tool, backend)
     )
@@ -186,6 +187,7 @@ async def recorded_call(
         finally:
             withdraw(offered)
             _CURRENT_CALL.reset(token)
+            recorder.stats.open_calls -= 1
         if record._backend_started is not None and record.backend_ms is None:
             record.end_backend()
         if inline is not None and inline.claimed and inline.event is not None:

@@ -50,6 +50,8 @@ class RecorderStats:
     spilled: int = 0
     # Events committed by the builtin backend in its write transaction (also in submitted/written).
     committed_with_write: int = 0
+    # Calls being served now (recorded_call entered, not yet left): they will each add one event.
+    open_calls: int = 0
     last_error: str | None = None
 
     def as_dict(self, queue_depth: int) -> dict[str, object]:
