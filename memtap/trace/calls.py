@@ -177,6 +177,7 @@ async def recorded_call(
             record.value = {"error": record.error}
         except asyncio.CancelledError:  # recorded with what it did; the cancellation goes on
             record.error, record.value = CANCELLED, {"error": CANCELLED}
+            recorder.stats.cancelled += 1
             cancelled = build(record.value, record.effects)
             finish(cancelled)
             if inline is not None:

@@ -52,6 +52,8 @@ class RecorderStats:
     committed_with_write: int = 0
     # Calls being served now (recorded_call entered, not yet left): they will each add one event.
     open_calls: int = 0
+    # Calls whose caller went away (cancelled) while served or while waiting for a durable commit.
+    cancelled: int = 0
     last_error: str | None = None
 
     def as_dict(self, queue_depth: int) -> dict[str, object]:
@@ -143,7 +145,11 @@ class Recorder:
         if self.durable:
             # A cancelled wait cancels only this wrapper: the event stays queued and is written,
             # and the writer skips futures whose waiter is gone (see _settle).
-            await asyncio.wrap_future(entry[1])
+            try:
+                await asyncio.wrap_future(entry[1])
+            except asyncio.CancelledError:
+                self.stats.cancelled += 1
+                raise
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every event submitted so far is written (or spilled)."""
