@@ -27,22 +27,19 @@ write and its event are on disk together or not at all.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
-
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
+from typing import Any
 
 from memtap.adapters.base import BackendResult, StoredMemory, StoredVersion
 from memtap.adapters.bm25 import NamespaceIndexes, tokenize
+from memtap.adapters.builtin_schema import COLUMNS, MIGRATIONS, fts_query, provenance_of, tags_of
+from memtap.adapters.sqlite_thread import SqliteThread
 from memtap.errors import BackendError, ItemNotFound
 from memtap.ids import new_id
 from memtap.trace.inline import InlineEvent, current_inline_event
@@ -51,103 +48,6 @@ from memtap.trace.sqlite import describe_sqlite_error, open_database
 from memtap.trace.store import insert_events
 
 __all__ = ["MIGRATIONS", "BuiltinBackend", "SqliteThread", "fts_query", "tokenize"]
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-
-MIGRATIONS = Migrations("memtap.builtin")
-
-
-@MIGRATIONS()
-def m001_create_builtin_memory(db: Database) -> None:
-    db.execute(
-        """
-        CREATE TABLE builtin_memory (
-            version_id INTEGER PRIMARY KEY,
-            item_id TEXT NOT NULL,
-            namespace TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            content TEXT NOT NULL,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            tags TEXT,
-            provenance TEXT,
-            created_at TEXT NOT NULL,
-            valid_from TEXT NOT NULL,
-            valid_to TEXT,
-            closed_by TEXT,
-            UNIQUE (item_id, version)
-        )
-        """
-    )
-    db.execute("CREATE INDEX builtin_memory_current ON builtin_memory(namespace, valid_to, version_id)")
-    db.execute(
-        "CREATE VIRTUAL TABLE builtin_memory_fts USING fts5(content, namespace UNINDEXED,"
-        " item_id UNINDEXED, content='builtin_memory', content_rowid='version_id')"
-    )
-
-
-@MIGRATIONS()
-def m002_create_generation(db: Database) -> None:
-    db.execute(
-        """
-        CREATE TABLE builtin_generation (
-            -- bumped by every write of the builtin backend to the namespace; a process whose
-            -- in-memory search index was built at another value rebuilds it
-            namespace TEXT PRIMARY KEY,
-            value INTEGER NOT NULL
-        )
-        """
-    )
-
-
-def fts_query(text: str) -> str | None:
-    """An FTS5 query for ``builtin_memory_fts`` matching any token of ``text``, or None if it has none.
-
-    Search itself ranks in memory; this is for reading the FTS5 table directly."""
-    tokens = dict.fromkeys(tokenize(text))
-    return " OR ".join(f'"{token}"' for token in tokens) or None
-
-
-def _tags_of(row: dict[str, Any]) -> AccessTags | None:
-    return AccessTags.model_validate_json(row["tags"]) if row["tags"] else None
-
-
-def _provenance_of(row: dict[str, Any]) -> Provenance:
-    return Provenance.model_validate_json(row["provenance"]) if row["provenance"] else Provenance()
-
-
-_COLUMN_NAMES = (
-    "version_id",
-    "item_id",
-    "namespace",
-    "version",
-    "content",
-    "metadata",
-    "tags",
-    "provenance",
-    "created_at",
-    "valid_from",
-    "valid_to",
-)
-_COLUMNS = ", ".join(_COLUMN_NAMES)
-
-
-class SqliteThread:
-    """One dedicated thread for one SQLite connection: its calls run there, one at a time.
-
-    A caller that stops waiting (cancelled) leaves a started call to finish; a call that
-    had not started yet never runs.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-
-    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
-
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False)
 
 
 class _Abandoned(Exception):
@@ -190,7 +90,7 @@ class BuiltinBackend:
 
     def _current(self, namespace: str, item_id: str) -> dict[str, Any]:
         row = self._one(
-            f"SELECT {_COLUMNS} FROM builtin_memory WHERE item_id = ? AND namespace = ?"
+            f"SELECT {COLUMNS} FROM builtin_memory WHERE item_id = ? AND namespace = ?"
             " ORDER BY version DESC LIMIT 1",
             (item_id, namespace),
         )
@@ -217,7 +117,7 @@ class BuiltinBackend:
             return {}
         marks = ", ".join("?" * len(version_ids))
         rows = self._rows(
-            f"SELECT {_COLUMNS} FROM builtin_memory WHERE version_id IN ({marks})", tuple(version_ids)
+            f"SELECT {COLUMNS} FROM builtin_memory WHERE version_id IN ({marks})", tuple(version_ids)
         )
         return {row["version_id"]: row for row in rows}
 
@@ -228,8 +128,8 @@ class BuiltinBackend:
             namespace=row["namespace"],
             content=row["content"],
             metadata=json.loads(row["metadata"]),
-            tags=_tags_of(row),
-            provenance=_provenance_of(row),
+            tags=tags_of(row),
+            provenance=provenance_of(row),
             version=row["version"],
             created_at=datetime.fromisoformat(row["created_at"]),
             updated_at=datetime.fromisoformat(row["valid_from"]),
@@ -466,7 +366,7 @@ class BuiltinBackend:
                 (namespace,),
             )
             rows = self._rows(
-                f"SELECT {_COLUMNS} FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL"
+                f"SELECT {COLUMNS} FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL"
                 " ORDER BY version_id LIMIT ? OFFSET ?",
                 (namespace, limit, offset),
             )
@@ -502,7 +402,7 @@ class BuiltinBackend:
 
         def work() -> _Written:
             row = self._current(namespace, item_id)
-            old_tags = _tags_of(row)
+            old_tags = tags_of(row)
             new_content = row["content"] if content is None else content
             new_metadata = json.loads(row["metadata"]) if metadata is None else metadata
             new_tags = old_tags if tags is None else tags
@@ -558,7 +458,7 @@ class BuiltinBackend:
                 item_id=item_id,
                 namespace=namespace,
                 content_before=row["content"],
-                tags_before=_tags_of(row),
+                tags_before=tags_of(row),
             )
             value = {"id": item_id, "deleted": True, "deleted_at": at}
             return _Written(BackendResult(value, [effect]), namespace, generation, removed=row["version_id"])
@@ -581,8 +481,8 @@ class BuiltinBackend:
                 version=row["version"],
                 content=row["content"],
                 metadata=json.loads(row["metadata"]),
-                tags=_tags_of(row),
-                provenance=_provenance_of(row),
+                tags=tags_of(row),
+                provenance=provenance_of(row),
                 valid_from=datetime.fromisoformat(row["valid_from"]),
                 valid_to=datetime.fromisoformat(row["valid_to"]) if row["valid_to"] else None,
                 closed_by=row["closed_by"],
