@@ -20,6 +20,7 @@ A write of the builtin backend commits its event in its own transaction (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import queue
@@ -38,6 +39,20 @@ __all__ = ["Recorder", "RecorderStats"]
 log = logging.getLogger("memtap.recorder")
 
 _STOP = object()
+
+# An event and who waits for its commit: a caller of submit(), a durable caller of record()
+# (a future of its event loop), or nobody.
+_Entry = tuple[TraceEvent, "Future[None] | asyncio.Future[None] | None"]
+
+
+def _answer(done: asyncio.Future[None], error: StoreError | None) -> None:
+    """On the waiter's event loop: complete its future unless it was cancelled meanwhile."""
+    if done.done():
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(error)
 
 
 @dataclass
@@ -103,13 +118,12 @@ class Recorder:
         self._thread.start()
         return self
 
-    def _entry(self, event: TraceEvent) -> tuple[TraceEvent, Future[None]]:
+    def _check_running(self, event: TraceEvent) -> None:
         if self._thread is None or self._closing.is_set():
             error = StoreError("the recorder is not running")
             raise StoreError(f"the recorder is not running; {self._spill([event], error)}")
         with self._idle:
             self.stats.submitted += 1
-        return event, Future()
 
     def count_committed(self, n: int = 1) -> None:
         """Count events that a backend committed in its own write transaction."""
@@ -122,13 +136,15 @@ class Recorder:
     def submit(self, event: TraceEvent) -> Future[None]:
         """Queue an event from synchronous code (a full queue blocks this thread); the
         future completes when its batch is committed."""
-        entry = self._entry(event)
+        self._check_running(event)
+        done: Future[None] = Future()
+        entry = (event, done)
         try:
             self._queue.put_nowait(entry)
         except queue.Full:
             self.stats.overflow_waits += 1
             self._queue.put(entry)
-        return entry[1]
+        return done
 
     async def record(self, event: TraceEvent) -> None:
         """Record from async code; in durable mode, return only after the commit.
@@ -136,17 +152,20 @@ class Recorder:
         A full queue makes this caller wait in a worker thread, never the event loop,
         so other requests go on while the writer catches up.
         """
-        entry = self._entry(event)
+        self._check_running(event)
+        # Durable: the writer answers this loop's future; not durable: nobody waits.
+        done = asyncio.get_running_loop().create_future() if self.durable else None
+        entry = (event, done)
         try:
             self._queue.put_nowait(entry)
         except queue.Full:
             self.stats.overflow_waits += 1
             await asyncio.to_thread(self._queue.put, entry)
-        if self.durable:
-            # A cancelled wait cancels only this wrapper: the event stays queued and is written,
-            # and the writer skips futures whose waiter is gone (see _settle).
+        if done is not None:
+            # A cancelled wait cancels only this future: the event stays queued and is written,
+            # and the writer skips futures that are already done (see _settle).
             try:
-                await asyncio.wrap_future(entry[1])
+                await done
             except asyncio.CancelledError:
                 self.stats.cancelled += 1
                 raise
@@ -195,7 +214,7 @@ class Recorder:
         stopping = False
         while not stopping:
             first = self._queue.get()
-            batch: list[tuple[TraceEvent, Future[None]]] = []
+            batch: list[_Entry] = []
             if first is _STOP:
                 stopping = True
             else:
@@ -218,7 +237,7 @@ class Recorder:
             if self.linger_s and not stopping:
                 self._closing.wait(self.linger_s)
 
-    def _write(self, batch: list[tuple[TraceEvent, Future[None]]]) -> None:
+    def _write(self, batch: list[_Entry]) -> None:
         events = [event for event, _ in batch]
         error = self._commit(events)
         if error is None:
@@ -268,9 +287,15 @@ class Recorder:
             return None
 
     @staticmethod
-    def _settle(batch: list[tuple[TraceEvent, Future[None]]], error: StoreError | None) -> None:
+    def _settle(batch: list[_Entry], error: StoreError | None) -> None:
         """Answer each waiter once; a waiter that has gone (its future cancelled) is skipped."""
         for _, done in batch:
+            if done is None:
+                continue
+            if isinstance(done, asyncio.Future):
+                with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody waits
+                    done.get_loop().call_soon_threadsafe(_answer, done, error)
+                continue
             try:
                 waiting = done.set_running_or_notify_cancel()
             except RuntimeError:  # already answered
