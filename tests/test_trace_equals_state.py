@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sqlite3
 from collections.abc import Callable
@@ -12,7 +13,10 @@ import httpx
 import pytest
 from conftest import ServerProcess, http_client
 
+from memtap.adapters.builtin import BuiltinBackend
+from memtap.proxy.service import MemoryService
 from memtap.trace.store import TraceStore
+from memtap.trace.writer import Recorder
 
 pytestmark = pytest.mark.anyio
 
@@ -100,3 +104,47 @@ async def test_a_write_is_in_the_trace_when_it_is_acknowledged_even_without_dura
     assert version == 2 and valid_to is not None
     health = httpx.get(f"http://127.0.0.1:{server.port}/healthz").json()["recorder"]
     assert health["committed_with_write"] == 3 and health["written"] == 3
+
+
+async def test_waiting_writes_share_one_commit_and_a_failing_one_is_rolled_back_alone(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "60000")
+    recorder = Recorder(db_path, durable=True).start()
+    backend = BuiltinBackend(db_path, durable=True)
+    service = MemoryService(backend, recorder)
+    blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")  # the first write waits for the lock; the others queue behind it
+    adds = [
+        asyncio.ensure_future(
+            service.call_tool("memory_add", {"content": f"fact {i}"}, principal="u", front_door="t")
+        )
+        for i in range(30)
+    ]
+    bad = [
+        asyncio.ensure_future(
+            service.call_tool(
+                "memory_update", {"id": f"mem_missing{i}", "content": "x"}, principal="u", front_door="t"
+            )
+        )
+        for i in range(5)
+    ]
+    with anyio.fail_after(30):
+        while recorder.stats.open_calls < 35:
+            await anyio.sleep(0.01)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    with anyio.fail_after(60):
+        added = await asyncio.gather(*adds)
+        refused = await asyncio.gather(*bad)
+    await backend.close()
+    recorder.close()
+    assert not any(outcome.is_error for outcome in added)
+    assert all(outcome.error and "no memory item" in outcome.error for outcome in refused)
+    assert backend._thread.writes == 35 and backend._thread.groups <= 3  # not one commit per write
+    stored, effected, items = _state_and_trace(db_path)
+    assert stored == effected == items == {outcome.value["id"] for outcome in added}
+    with sqlite3.connect(db_path) as conn:
+        statuses = sorted(row[0] for row in conn.execute("SELECT status FROM events"))
+    assert statuses == ["error"] * 5 + ["ok"] * 30
+    assert recorder.stats.committed_with_write == 30

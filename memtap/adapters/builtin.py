@@ -16,7 +16,8 @@ rows it touches.
 
 All SQLite work runs on one dedicated thread (:class:`SqliteThread`), never on the event
 loop: a commit (an fsync in durable mode) does not stall other requests, and the
-connection, the indexes and the generation counters belong to that thread alone.
+connection, the indexes and the generation counters belong to that thread alone. Writes
+waiting together commit together (one transaction, a savepoint each).
 
 A write commits its call's event in the same transaction when the trace lives in this
 file (:mod:`memtap.trace.inline`): the value and effects are read inside the
@@ -56,11 +57,26 @@ class _Abandoned(Exception):
 
 @dataclass
 class _Written:
+    """One write step's outcome: its result, and what to do once its transaction is over."""
+
+    backend: BuiltinBackend
     result: BackendResult
     namespace: str
     generation: int
     removed: int | None = None
     added: tuple[int, str] | None = None
+    inline: InlineEvent | None = None  # the call's event, committed in the same transaction
+
+    def committed(self) -> None:
+        if self.inline is not None:
+            self.inline.committed()
+        self.backend._indexes.committed(
+            self.namespace, self.generation, removed=self.removed, added=self.added
+        )
+
+    def rolled_back(self) -> None:
+        if self.inline is not None:
+            self.inline.release()
 
 
 class BuiltinBackend:
@@ -74,13 +90,16 @@ class BuiltinBackend:
         self.db = open_database(self.path, MIGRATIONS, durable=durable, check_same_thread=False)
         self.conn = self.db.conn
         self._indexes: NamespaceIndexes[int] = NamespaceIndexes()  # keyed by version_id
-        self._thread = SqliteThread("memtap-builtin")
+        self._thread = SqliteThread("memtap-builtin", self.conn, self._error)
+
+    def _error(self, exc: sqlite3.Error) -> BackendError:
+        return BackendError(describe_sqlite_error(self.path, exc))
 
     async def close(self) -> None:
         try:
             await self._thread.run(self._close)
         finally:
-            self._thread.shutdown()
+            self._thread.close()
 
     def _close(self) -> None:
         self._indexes.clear()
@@ -181,49 +200,37 @@ class BuiltinBackend:
             (row["version_id"], row["content"], row["namespace"], row["item_id"]),
         )
 
-    def _transact(self, inline: InlineEvent | None, work: Callable[[], _Written]) -> _Written:
-        """Run ``work`` in one write transaction, committing the call's event in it too (``inline``).
+    async def _write(self, inline: InlineEvent | None, work: Callable[[], _Written]) -> BackendResult:
+        """Run ``work`` in a write transaction on the backend's thread, committing the call's event
+        in it too (``inline``). The value and effects are what ``work`` read inside the
+        transaction; nothing is read after the commit."""
 
-        On this backend's thread. The value and effects are what ``work`` read inside the
-        transaction; nothing is read after the commit.
-        """
-        claimed = False
-        conn = self.conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        def step() -> _Written:
             try:
                 written = work()
                 if inline is not None:
                     event = inline.claim(written.result.value, written.result.effects)
                     if event is None:
                         raise _Abandoned
-                    claimed = True
-                    insert_events(conn, [event])
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        except BaseException as exc:
-            if claimed:
-                assert inline is not None
-                inline.release()
-            if isinstance(exc, _Abandoned):
+                    try:
+                        insert_events(self.conn, [event])
+                    except BaseException:
+                        inline.release()
+                        raise
+                    written.inline = inline
+                return written
+            except _Abandoned:
                 raise BackendError(
                     "the call was cancelled before its write committed; nothing was written"
                 ) from None
-            if isinstance(exc, sqlite3.Error):
-                raise BackendError(describe_sqlite_error(self.path, exc)) from exc
-            if isinstance(exc, BackendError) or not isinstance(exc, Exception):
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
+            except BackendError:
                 raise
-            raise BackendError(f"the write was rolled back: {type(exc).__name__}: {exc}") from exc
-        if claimed:
-            assert inline is not None
-            inline.committed()
-        self._indexes.committed(
-            written.namespace, written.generation, removed=written.removed, added=written.added
-        )
-        return written
+            except Exception as exc:
+                raise BackendError(f"the write was rolled back: {type(exc).__name__}: {exc}") from exc
+
+        return (await self._thread.write(step)).result
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -271,17 +278,7 @@ class BuiltinBackend:
         provenance: Provenance | None = None,
     ) -> BackendResult:
         inline = current_inline_event(self.real_path)
-        return await self._thread.run(self._add, namespace, content, metadata or {}, tags, provenance, inline)
-
-    def _add(
-        self,
-        namespace: str,
-        content: str,
-        metadata: dict[str, Any],
-        tags: AccessTags | None,
-        provenance: Provenance | None,
-        inline: InlineEvent | None,
-    ) -> BackendResult:
+        metadata = metadata or {}
         item_id = "mem_" + new_id()
         at = utc_now().isoformat()
 
@@ -309,16 +306,16 @@ class BuiltinBackend:
             value = stored.model_dump(mode="json", exclude_none=True)
             generation = self._bump_generation(namespace)
             return _Written(
-                BackendResult(value, [effect]), namespace, generation, added=(version_id, content)
+                self, BackendResult(value, [effect]), namespace, generation, added=(version_id, content)
             )
 
-        return self._transact(inline, work).result
+        return await self._write(inline, work)
 
     async def search(self, namespace: str, query: str, *, limit: int = 10) -> BackendResult:
         tokens = list(dict.fromkeys(tokenize(query)))  # each distinct word weighs once
         if not tokens or limit <= 0:
             return BackendResult({"results": []})
-        return await self._thread.run(self._search, namespace, tokens, limit)
+        return await self._thread.run(lambda: self._search(namespace, tokens, limit))
 
     def _search(self, namespace: str, tokens: list[str], limit: int) -> BackendResult:
         try:
@@ -350,14 +347,14 @@ class BuiltinBackend:
         return BackendResult({"results": results}, effects)
 
     async def get(self, namespace: str, item_id: str) -> BackendResult:
-        return await self._thread.run(self._get, namespace, item_id)
+        return await self._thread.run(lambda: self._get(namespace, item_id))
 
     def _get(self, namespace: str, item_id: str) -> BackendResult:
         row = self._current(namespace, item_id)
         return BackendResult(self._memory(row).model_dump(mode="json", exclude_none=True))
 
     async def list(self, namespace: str, *, limit: int = 50, offset: int = 0) -> BackendResult:
-        return await self._thread.run(self._list, namespace, limit, offset)
+        return await self._thread.run(lambda: self._list(namespace, limit, offset))
 
     def _list(self, namespace: str, limit: int, offset: int) -> BackendResult:
         with self._snapshot():
@@ -384,20 +381,6 @@ class BuiltinBackend:
         provenance: Provenance | None = None,
     ) -> BackendResult:
         inline = current_inline_event(self.real_path)
-        return await self._thread.run(
-            self._update, namespace, item_id, content, metadata, tags, provenance, inline
-        )
-
-    def _update(
-        self,
-        namespace: str,
-        item_id: str,
-        content: str | None,
-        metadata: dict[str, Any] | None,
-        tags: AccessTags | None,
-        provenance: Provenance | None,
-        inline: InlineEvent | None,
-    ) -> BackendResult:
         at = utc_now().isoformat()
 
         def work() -> _Written:
@@ -431,6 +414,7 @@ class BuiltinBackend:
             )
             value = self._memory(current).model_dump(mode="json", exclude_none=True)
             return _Written(
+                self,
                 BackendResult(value, [effect]),
                 namespace,
                 generation,
@@ -438,15 +422,12 @@ class BuiltinBackend:
                 added=(version_id, new_content),
             )
 
-        return self._transact(inline, work).result
+        return await self._write(inline, work)
 
     async def delete(
         self, namespace: str, item_id: str, *, provenance: Provenance | None = None
     ) -> BackendResult:
         inline = current_inline_event(self.real_path)
-        return await self._thread.run(self._delete, namespace, item_id, inline)
-
-    def _delete(self, namespace: str, item_id: str, inline: InlineEvent | None) -> BackendResult:
         at = utc_now().isoformat()
 
         def work() -> _Written:
@@ -461,12 +442,14 @@ class BuiltinBackend:
                 tags_before=tags_of(row),
             )
             value = {"id": item_id, "deleted": True, "deleted_at": at}
-            return _Written(BackendResult(value, [effect]), namespace, generation, removed=row["version_id"])
+            return _Written(
+                self, BackendResult(value, [effect]), namespace, generation, removed=row["version_id"]
+            )
 
-        return self._transact(inline, work).result
+        return await self._write(inline, work)
 
     async def history(self, namespace: str, item_id: str) -> BackendResult:
-        return await self._thread.run(self._history, namespace, item_id)
+        return await self._thread.run(lambda: self._history(namespace, item_id))
 
     def _history(self, namespace: str, item_id: str) -> BackendResult:
         rows = self._rows(

@@ -115,8 +115,10 @@ async def recorded_call(
     )
     record.parent_id = _CURRENT_CALL.get()
 
-    def build(value: Any, effects: list[MemoryEffect]) -> TraceEvent:
-        """The call's event as it stands, with ``value`` and ``effects`` (any thread)."""
+    def build(value: Any, effects: list[MemoryEffect], error: str | None = None) -> TraceEvent:
+        """The call's event as it stands, with ``value``, ``effects`` and ``error`` (else the
+        record's); any thread (the builtin backend builds it inside its transaction)."""
+        error = record.error if error is None else error
         backend_ms = record.backend_ms
         if record._backend_started is not None and backend_ms is None:
             backend_ms = (time.perf_counter() - record._backend_started) * 1000
@@ -134,8 +136,8 @@ async def recorded_call(
             result=value,
             effects=effects,
             backend_ms=backend_ms,
-            status="ok" if record.error is None else "error",
-            error=record.error,
+            status="ok" if error is None else "error",
+            error=error,
             gate=record.gate,
             parent_id=record.parent_id,
             model=record.model,
@@ -176,9 +178,10 @@ async def recorded_call(
             record.error = f"internal error: {type(exc).__name__}: {exc}"
             record.value = {"error": record.error}
         except asyncio.CancelledError:  # recorded with what it did; the cancellation goes on
-            record.error, record.value = CANCELLED, {"error": CANCELLED}
             recorder.stats.cancelled += 1
-            cancelled = build(record.value, record.effects)
+            # The record is left as it is: a backend committing this call's write now builds
+            # its event from it, and that event (not this one) is then the call's.
+            cancelled = build({"error": CANCELLED}, list(record.effects), CANCELLED)
             finish(cancelled)
             if inline is not None:
                 inline.abandon(lambda: _hand_over(recorder, cancelled))
