@@ -67,6 +67,10 @@ MUTATING_TOOLS = frozenset(
         "delete_entities", "delete_observations", "delete_relations",
     }
 )  # fmt: skip
+# The reference server's file is read in a worker thread above this size (about 1 ms of
+# reading and filtering on the event loop); below it, on the loop.
+OFF_LOOP_BYTES = 256 * 1024
+
 _READS = frozenset({"read_graph", "search_nodes", "open_nodes"})
 _PENDING_LIMIT = 1024
 
@@ -152,14 +156,22 @@ class GraphTap:
         if names is None:
             if self.file is not None:
                 with contextlib.suppress(OSError):
-                    return await asyncio.to_thread(self.file.scan_all)  # the whole file: off the loop
+                    if self.file.size() <= OFF_LOOP_BYTES:
+                        return self.file.scan_all()
+                    return await asyncio.to_thread(self.file.scan_all)
             return graph_from_result(await self.upstream.call_tool("read_graph", {}))
         if self.file is None:
             return await self._open_nodes(names)
         try:
-            # A cache hit costs a stat; a read of the file (it may be large) runs off the event loop.
+            # A cache hit costs a stat. A large file is read off the event loop; a small one (well
+            # under a millisecond to read) on it, where a thread hop would cost more than the read.
             hit = None if fresh else self.file.cached(names)
-            graph = hit if hit is not None else await asyncio.to_thread(self.file.read, names, fresh=fresh)
+            if hit is not None:
+                graph = hit
+            elif self.file.size() > OFF_LOOP_BYTES:
+                graph = await asyncio.to_thread(self.file.read, names, fresh=fresh)
+            else:
+                graph = self.file.read(names, fresh=fresh)
         except OSError as exc:
             log.warning("upstream %s: cannot read %s (%s); reading state with open_nodes",
                         self.upstream.name, self.file.path, exc)  # fmt: skip
