@@ -129,26 +129,30 @@ class SqliteThread:
                 job.done.set_exception(self._describe(exc))
             return
         steps: list[tuple[_Job, Written]] = []
+        lost: sqlite3.Error | None = None  # why SQLite rolled the whole transaction back, if it did
         for job in running:
-            if not conn.in_transaction:  # an earlier step's failure rolled the whole transaction back
-                job.done.set_exception(
-                    self._describe(sqlite3.OperationalError("the transaction was rolled back"))
-                )
+            if not conn.in_transaction:  # an earlier step's failure (a full disk) ended the transaction
+                lost = lost or sqlite3.OperationalError("the transaction was rolled back")
+                job.done.set_exception(self._describe(lost))
                 continue
             try:
                 conn.execute("SAVEPOINT step")
                 try:
-                    steps.append((job, job.fn()))
+                    written = job.fn()
                 except BaseException:
-                    conn.execute("ROLLBACK TO step")
+                    if conn.in_transaction:  # SQLite may have rolled everything back already
+                        conn.execute("ROLLBACK TO step")
+                        conn.execute("RELEASE step")
                     raise
-                finally:
-                    conn.execute("RELEASE step")
+                conn.execute("RELEASE step")
+                steps.append((job, written))
             except sqlite3.Error as exc:
                 job.done.set_exception(self._describe(exc))
             except BaseException as exc:
                 job.done.set_exception(exc)
         try:
+            if not conn.in_transaction:
+                raise lost or sqlite3.OperationalError("the transaction was rolled back")
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
