@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from memtap.cli.options import (
+    auth_options,
+    auth_settings,
     db_option,
     json_option,
     loop_options,
@@ -146,6 +148,7 @@ class _ProxyGroup(click.Group):
 @click.option("--durable", is_flag=True, help="Commit each event before the caller gets its answer.")
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
+@auth_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
@@ -165,6 +168,9 @@ def proxy(
     durable: bool,
     api_keys: tuple[str, ...],
     principal: str,
+    grants: tuple[str, ...],
+    act_for: tuple[str, ...],
+    context_args: bool | None,
     console_spans: bool,
     verbose: bool,
 ) -> None:
@@ -196,6 +202,7 @@ def proxy(
         config=loaded,
         default_principal=principal,
         console_spans=console_spans,
+        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args),
         upstreams=servers,
         upstream_eager=start == "eager",
         upstream_timeout=timeout,
