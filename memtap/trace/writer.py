@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -292,19 +292,17 @@ class Recorder:
         for _, done in batch:
             if done is None:
                 continue
-            if isinstance(done, asyncio.Future):
-                with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody waits
-                    done.get_loop().call_soon_threadsafe(_answer, done, error)
+            if isinstance(done, Future):
+                try:  # under the future's lock: a cancelled future refuses, nothing else changes
+                    if error is None:
+                        done.set_result(None)
+                    else:
+                        done.set_exception(error)
+                except InvalidStateError:
+                    pass  # cancelled by its waiter, or already answered
                 continue
-            try:
-                waiting = done.set_running_or_notify_cancel()
-            except RuntimeError:  # already answered
-                continue
-            if waiting:
-                if error is None:
-                    done.set_result(None)
-                else:
-                    done.set_exception(error)
+            with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody waits
+                done.get_loop().call_soon_threadsafe(_answer, done, error)
 
     def _spill(self, events: list[TraceEvent], error: StoreError) -> str:
         """Append ``events`` to the spill file; says where they went (for the caller's error)."""
