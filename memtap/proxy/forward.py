@@ -54,8 +54,9 @@ from memtap.errors import (
     UpstreamRPCError,
 )
 from memtap.proxy.context import META_KEY
+from memtap.proxy.guard import RECORDED_SCOPE_KEY, mark_recorded
 from memtap.proxy.mcp_server import caller as mcp_caller
-from memtap.proxy.mcp_server import client_name
+from memtap.proxy.mcp_server import client_name, new_server
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
@@ -322,6 +323,7 @@ def build_forward_server(
             return types.CallToolResult(content=[text], is_error=True)
         if parsed is not None and call.commit_error is None:
             return parsed
+        mark_recorded(ctx)  # the guard must not record this JSON-RPC error a second time
         raise MCPError(code, call.error or "error", data)  # durable: an uncommitted event is an error
 
     async def call_tool(
@@ -389,8 +391,10 @@ def build_forward_server(
                 read = types.ReadResourceResult.model_validate(result)
             if read is not None:
                 if call.commit_error is not None:  # durable: an uncommitted event is an error
+                    mark_recorded(ctx)
                     raise MCPError(types.INTERNAL_ERROR, call.commit_error)
                 return read
+        mark_recorded(ctx)
         raise MCPError(_error_code(last), str(last))
 
     async def list_prompts(
@@ -414,7 +418,7 @@ def build_forward_server(
             raise MCPError(_error_code(exc), str(exc)) from None
         return types.GetPromptResult.model_validate(result)
 
-    return Server(
+    return new_server(
         "memtap" if only is None else f"memtap/{only}",
         version=__version__,
         get_tool_input_schema=router.input_schema,
@@ -461,6 +465,7 @@ class ByUpstream:
             await endpoint(scope, receive, send)
             return
         if scope.get("method") == "POST":
+            scope[RECORDED_SCOPE_KEY] = True  # the guard records refusals that are not recorded here
             async with recorded_call(
                 self.recorder,
                 tool=f"servers/{name}",

@@ -256,3 +256,11 @@ def m006_create_scores(db: Database) -> None:
         """
     )
     db.execute("CREATE INDEX alignments_item ON alignments(score_id, episode_id, item_id)")
+
+
+@MIGRATIONS()
+def m012_add_run_episode_counts(db: Database) -> None:
+    """What a replay attempt sent and what the target acknowledged (JSON: writes sent, acknowledged
+    and refused, searches, probes, escape attempts refused, ...), which the isolation canary's
+    score checks against the recorded events. (Numbered 012: 007 to 011 are other branches'.)"""
+    db.execute("ALTER TABLE run_episodes ADD COLUMN counts TEXT")
