@@ -181,3 +181,36 @@ def test_a_permanent_store_error_is_not_retried_and_spares_the_rest_of_the_batch
     assert isinstance(futures[1].exception(), StoreError)
     assert recorder.stats.write_retries == 0
     assert _count(db_path) == 2 and recorder.stats.spilled == 1
+
+
+def test_close_cuts_the_retry_window_short_and_spills_before_closing_the_store(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "50")
+    recorder = Recorder(db_path, retry_for_s=600).start()
+    blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")
+    event = _event(1)
+    future = recorder.submit(event)
+    thread = recorder._thread
+    recorder.close(timeout=3)  # far shorter than the retry window
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert thread is not None and not thread.is_alive()  # the writer ended before its store was closed
+    assert recorder.stats.spilled == 1 and recorder.stats.write_retries > 0
+    assert isinstance(future.exception(timeout=0), StoreError)
+    [line] = recorder.spill_path.read_text().splitlines()
+    assert json.loads(line)["id"] == event.id
+
+
+@pytest.mark.anyio
+async def test_a_call_after_the_recorder_stopped_says_where_its_event_went(db_path: Path) -> None:
+    recorder = Recorder(db_path).start()
+    backend = BuiltinBackend(db_path.with_name("memory.db"))
+    service = MemoryService(backend, recorder)
+    recorder.close()
+    outcome = await service.call_tool("memory_search", {"query": "tea"}, principal="u", front_door="t")
+    await backend.close()
+    assert outcome.error is not None and "the recorder is not running" in outcome.error
+    assert f"the event was saved to {recorder.spill_path}" in outcome.error
+    assert json.loads(recorder.spill_path.read_text())["id"] == outcome.event_id

@@ -13,6 +13,17 @@ another value than the one its index was built at rebuilds the index. The FTS5 t
 ``builtin_memory_fts`` stays the file's durable full-text index (for sqlite3 and
 Datasette users): it holds exactly the current versions, each write changing only the
 rows it touches.
+
+All SQLite work runs on one dedicated thread (:class:`SqliteThread`), never on the event
+loop: a commit (an fsync in durable mode) does not stall other requests, and the
+connection, the indexes and the generation counters belong to that thread alone. Writes
+waiting together commit together (one transaction, a savepoint each).
+
+A write commits its call's event in the same transaction when the trace lives in this
+file (:mod:`memtap.trace.inline`): the value and effects are read inside the
+transaction, handed to the call's :class:`~memtap.trace.inline.InlineEvent`, and the
+event is inserted with :func:`~memtap.trace.store.insert_events` before ``COMMIT``. So a
+write and its event are on disk together or not at all.
 """
 
 from __future__ import annotations
@@ -20,113 +31,77 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
-
 from memtap.adapters.base import BackendResult, StoredMemory, StoredVersion
 from memtap.adapters.bm25 import NamespaceIndexes, tokenize
+from memtap.adapters.builtin_schema import COLUMNS, MIGRATIONS, fts_query, provenance_of, tags_of
+from memtap.adapters.sqlite_thread import SqliteThread
 from memtap.errors import BackendError, ItemNotFound
 from memtap.ids import new_id
+from memtap.trace.inline import InlineEvent, current_inline_event
 from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Provenance, utc_now
 from memtap.trace.sqlite import describe_sqlite_error, open_database
-from memtap.trace.store import immediate_transaction
+from memtap.trace.store import insert_events
 
-__all__ = ["MIGRATIONS", "BuiltinBackend", "fts_query", "tokenize"]
-
-MIGRATIONS = Migrations("memtap.builtin")
+__all__ = ["MIGRATIONS", "BuiltinBackend", "SqliteThread", "fts_query", "tokenize"]
 
 
-@MIGRATIONS()
-def m001_create_builtin_memory(db: Database) -> None:
-    db.execute(
-        """
-        CREATE TABLE builtin_memory (
-            version_id INTEGER PRIMARY KEY,
-            item_id TEXT NOT NULL,
-            namespace TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            content TEXT NOT NULL,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            tags TEXT,
-            provenance TEXT,
-            created_at TEXT NOT NULL,
-            valid_from TEXT NOT NULL,
-            valid_to TEXT,
-            closed_by TEXT,
-            UNIQUE (item_id, version)
+class _Abandoned(Exception):
+    """The call was cancelled before its write committed: roll the write back."""
+
+
+@dataclass
+class _Written:
+    """One write step's outcome: its result, and what to do once its transaction is over."""
+
+    backend: BuiltinBackend
+    result: BackendResult
+    namespace: str
+    generation: int
+    removed: int | None = None
+    added: tuple[int, str] | None = None
+    inline: InlineEvent | None = None  # the call's event, committed in the same transaction
+
+    def committed(self) -> None:
+        if self.inline is not None:
+            self.inline.committed()
+        self.backend._indexes.committed(
+            self.namespace, self.generation, removed=self.removed, added=self.added
         )
-        """
-    )
-    db.execute("CREATE INDEX builtin_memory_current ON builtin_memory(namespace, valid_to, version_id)")
-    db.execute(
-        "CREATE VIRTUAL TABLE builtin_memory_fts USING fts5(content, namespace UNINDEXED,"
-        " item_id UNINDEXED, content='builtin_memory', content_rowid='version_id')"
-    )
 
-
-@MIGRATIONS()
-def m002_create_generation(db: Database) -> None:
-    db.execute(
-        """
-        CREATE TABLE builtin_generation (
-            -- bumped by every write of the builtin backend to the namespace; a process whose
-            -- in-memory search index was built at another value rebuilds it
-            namespace TEXT PRIMARY KEY,
-            value INTEGER NOT NULL
-        )
-        """
-    )
-
-
-def fts_query(text: str) -> str | None:
-    """An FTS5 query for ``builtin_memory_fts`` matching any token of ``text``, or None if it has none.
-
-    Search itself ranks in memory; this is for reading the FTS5 table directly."""
-    tokens = dict.fromkeys(tokenize(text))
-    return " OR ".join(f'"{token}"' for token in tokens) or None
-
-
-def _tags_of(row: dict[str, Any]) -> AccessTags | None:
-    return AccessTags.model_validate_json(row["tags"]) if row["tags"] else None
-
-
-def _provenance_of(row: dict[str, Any]) -> Provenance:
-    return Provenance.model_validate_json(row["provenance"]) if row["provenance"] else Provenance()
-
-
-_COLUMN_NAMES = (
-    "version_id",
-    "item_id",
-    "namespace",
-    "version",
-    "content",
-    "metadata",
-    "tags",
-    "provenance",
-    "created_at",
-    "valid_from",
-    "valid_to",
-)
-_COLUMNS = ", ".join(_COLUMN_NAMES)
+    def rolled_back(self) -> None:
+        if self.inline is not None:
+            self.inline.release()
 
 
 class BuiltinBackend:
-    """memtap's own memory store. Safe for one event loop; calls are short SQLite transactions."""
+    """memtap's own memory store; its SQLite work runs on one dedicated thread."""
 
     name = "builtin"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, durable: bool = False) -> None:
         self.path = Path(path)
-        self.db = open_database(self.path, MIGRATIONS)
+        self.real_path = self.path.resolve()
+        self.db = open_database(self.path, MIGRATIONS, durable=durable, check_same_thread=False)
         self.conn = self.db.conn
         self._indexes: NamespaceIndexes[int] = NamespaceIndexes()  # keyed by version_id
+        self._thread = SqliteThread("memtap-builtin", self.conn, self._error)
+
+    def _error(self, exc: sqlite3.Error) -> BackendError:
+        return BackendError(describe_sqlite_error(self.path, exc))
 
     async def close(self) -> None:
+        try:
+            await self._thread.run(self._close)
+        finally:
+            self._thread.close()
+
+    def _close(self) -> None:
         self._indexes.clear()
         self.conn.close()
 
@@ -134,7 +109,7 @@ class BuiltinBackend:
 
     def _current(self, namespace: str, item_id: str) -> dict[str, Any]:
         row = self._one(
-            f"SELECT {_COLUMNS} FROM builtin_memory WHERE item_id = ? AND namespace = ?"
+            f"SELECT {COLUMNS} FROM builtin_memory WHERE item_id = ? AND namespace = ?"
             " ORDER BY version DESC LIMIT 1",
             (item_id, namespace),
         )
@@ -161,7 +136,7 @@ class BuiltinBackend:
             return {}
         marks = ", ".join("?" * len(version_ids))
         rows = self._rows(
-            f"SELECT {_COLUMNS} FROM builtin_memory WHERE version_id IN ({marks})", tuple(version_ids)
+            f"SELECT {COLUMNS} FROM builtin_memory WHERE version_id IN ({marks})", tuple(version_ids)
         )
         return {row["version_id"]: row for row in rows}
 
@@ -172,8 +147,8 @@ class BuiltinBackend:
             namespace=row["namespace"],
             content=row["content"],
             metadata=json.loads(row["metadata"]),
-            tags=_tags_of(row),
-            provenance=_provenance_of(row),
+            tags=tags_of(row),
+            provenance=provenance_of(row),
             version=row["version"],
             created_at=datetime.fromisoformat(row["created_at"]),
             updated_at=datetime.fromisoformat(row["valid_from"]),
@@ -225,8 +200,37 @@ class BuiltinBackend:
             (row["version_id"], row["content"], row["namespace"], row["item_id"]),
         )
 
-    def _write(self) -> Any:
-        return immediate_transaction(self.db)
+    async def _write(self, inline: InlineEvent | None, work: Callable[[], _Written]) -> BackendResult:
+        """Run ``work`` in a write transaction on the backend's thread, committing the call's event
+        in it too (``inline``). The value and effects are what ``work`` read inside the
+        transaction; nothing is read after the commit."""
+
+        def step() -> _Written:
+            try:
+                written = work()
+                if inline is not None:
+                    event = inline.claim(written.result.value, written.result.effects)
+                    if event is None:
+                        raise _Abandoned
+                    try:
+                        insert_events(self.conn, [event])
+                    except BaseException:
+                        inline.release()
+                        raise
+                    written.inline = inline
+                return written
+            except _Abandoned:
+                raise BackendError(
+                    "the call was cancelled before its write committed; nothing was written"
+                ) from None
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
+            except BackendError:
+                raise
+            except Exception as exc:
+                raise BackendError(f"the write was rolled back: {type(exc).__name__}: {exc}") from exc
+
+        return (await self._thread.write(step)).result
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -262,7 +266,7 @@ class BuiltinBackend:
             (namespace,),
         )
 
-    # -- the protocol ----------------------------------------------------------------------
+    # -- the protocol: each method runs its SQLite work on the backend's thread -----------
 
     async def add(
         self,
@@ -273,36 +277,47 @@ class BuiltinBackend:
         tags: AccessTags | None = None,
         provenance: Provenance | None = None,
     ) -> BackendResult:
+        inline = current_inline_event(self.real_path)
+        metadata = metadata or {}
         item_id = "mem_" + new_id()
         at = utc_now().isoformat()
-        try:
-            with self._write():
-                version_id = self._insert_version(
-                    item_id, namespace, 1, content, metadata or {}, tags, provenance, at, at
-                )
-                generation = self._bump_generation(namespace)
-        except sqlite3.Error as exc:
-            raise BackendError(describe_sqlite_error(self.path, exc)) from exc
-        self._indexes.committed(namespace, generation, added=(version_id, content))
-        stored = StoredMemory(
-            id=item_id,
-            namespace=namespace,
-            content=content,
-            metadata=metadata or {},
-            tags=tags,
-            provenance=provenance or Provenance(),
-            created_at=datetime.fromisoformat(at),
-            updated_at=datetime.fromisoformat(at),
-        )
-        effect = MemoryEffect(
-            kind=EffectKind.ADD, item_id=item_id, namespace=namespace, content_after=content, tags_after=tags
-        )
-        return BackendResult(stored.model_dump(mode="json", exclude_none=True), [effect])
+
+        def work() -> _Written:
+            version_id = self._insert_version(
+                item_id, namespace, 1, content, metadata, tags, provenance, at, at
+            )
+            stored = StoredMemory(
+                id=item_id,
+                namespace=namespace,
+                content=content,
+                metadata=metadata,
+                tags=tags,
+                provenance=provenance or Provenance(),
+                created_at=datetime.fromisoformat(at),
+                updated_at=datetime.fromisoformat(at),
+            )
+            effect = MemoryEffect(
+                kind=EffectKind.ADD,
+                item_id=item_id,
+                namespace=namespace,
+                content_after=content,
+                tags_after=tags,
+            )
+            value = stored.model_dump(mode="json", exclude_none=True)
+            generation = self._bump_generation(namespace)
+            return _Written(
+                self, BackendResult(value, [effect]), namespace, generation, added=(version_id, content)
+            )
+
+        return await self._write(inline, work)
 
     async def search(self, namespace: str, query: str, *, limit: int = 10) -> BackendResult:
         tokens = list(dict.fromkeys(tokenize(query)))  # each distinct word weighs once
         if not tokens or limit <= 0:
             return BackendResult({"results": []})
+        return await self._thread.run(lambda: self._search(namespace, tokens, limit))
+
+    def _search(self, namespace: str, tokens: list[str], limit: int) -> BackendResult:
         try:
             with self._snapshot():
                 index = self._indexes.get(
@@ -332,18 +347,26 @@ class BuiltinBackend:
         return BackendResult({"results": results}, effects)
 
     async def get(self, namespace: str, item_id: str) -> BackendResult:
+        return await self._thread.run(lambda: self._get(namespace, item_id))
+
+    def _get(self, namespace: str, item_id: str) -> BackendResult:
         row = self._current(namespace, item_id)
         return BackendResult(self._memory(row).model_dump(mode="json", exclude_none=True))
 
     async def list(self, namespace: str, *, limit: int = 50, offset: int = 0) -> BackendResult:
-        total = self._one(
-            "SELECT count(*) AS n FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL", (namespace,)
-        )
-        rows = self._rows(
-            f"SELECT {_COLUMNS} FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL"
-            " ORDER BY version_id LIMIT ? OFFSET ?",
-            (namespace, limit, offset),
-        )
+        return await self._thread.run(lambda: self._list(namespace, limit, offset))
+
+    def _list(self, namespace: str, limit: int, offset: int) -> BackendResult:
+        with self._snapshot():
+            total = self._one(
+                "SELECT count(*) AS n FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL",
+                (namespace,),
+            )
+            rows = self._rows(
+                f"SELECT {COLUMNS} FROM builtin_memory WHERE namespace = ? AND valid_to IS NULL"
+                " ORDER BY version_id LIMIT ? OFFSET ?",
+                (namespace, limit, offset),
+            )
         items = [self._memory(row).model_dump(mode="json", exclude_none=True) for row in rows]
         return BackendResult({"items": items, "total": total["n"] if total else 0, "offset": offset})
 
@@ -357,68 +380,78 @@ class BuiltinBackend:
         tags: AccessTags | None = None,
         provenance: Provenance | None = None,
     ) -> BackendResult:
+        inline = current_inline_event(self.real_path)
         at = utc_now().isoformat()
-        try:
-            with self._write():
-                row = self._current(namespace, item_id)
-                old_tags = _tags_of(row)
-                new_content = row["content"] if content is None else content
-                new_metadata = json.loads(row["metadata"]) if metadata is None else metadata
-                new_tags = old_tags if tags is None else tags
-                self._close_version(row, at, "update")
-                version_id = self._insert_version(
-                    item_id,
-                    namespace,
-                    row["version"] + 1,
-                    new_content,
-                    new_metadata,
-                    new_tags,
-                    provenance,
-                    at,
-                    row["created_at"],
-                )
-                generation = self._bump_generation(namespace)
-        except sqlite3.Error as exc:
-            raise BackendError(describe_sqlite_error(self.path, exc)) from exc
-        self._indexes.committed(
-            namespace, generation, removed=row["version_id"], added=(version_id, new_content)
-        )
-        current = self._current(namespace, item_id)
-        effect = MemoryEffect(
-            kind=EffectKind.UPDATE,
-            item_id=item_id,
-            namespace=namespace,
-            content_before=row["content"],
-            content_after=new_content,
-            tags_before=old_tags,
-            tags_after=new_tags,
-        )
-        value = self._memory(current).model_dump(mode="json", exclude_none=True)
-        return BackendResult(value, [effect])
+
+        def work() -> _Written:
+            row = self._current(namespace, item_id)
+            old_tags = tags_of(row)
+            new_content = row["content"] if content is None else content
+            new_metadata = json.loads(row["metadata"]) if metadata is None else metadata
+            new_tags = old_tags if tags is None else tags
+            self._close_version(row, at, "update")
+            version_id = self._insert_version(
+                item_id,
+                namespace,
+                row["version"] + 1,
+                new_content,
+                new_metadata,
+                new_tags,
+                provenance,
+                at,
+                row["created_at"],
+            )
+            generation = self._bump_generation(namespace)
+            current = self._current(namespace, item_id)  # inside the transaction: what was committed
+            effect = MemoryEffect(
+                kind=EffectKind.UPDATE,
+                item_id=item_id,
+                namespace=namespace,
+                content_before=row["content"],
+                content_after=new_content,
+                tags_before=old_tags,
+                tags_after=new_tags,
+            )
+            value = self._memory(current).model_dump(mode="json", exclude_none=True)
+            return _Written(
+                self,
+                BackendResult(value, [effect]),
+                namespace,
+                generation,
+                removed=row["version_id"],
+                added=(version_id, new_content),
+            )
+
+        return await self._write(inline, work)
 
     async def delete(
         self, namespace: str, item_id: str, *, provenance: Provenance | None = None
     ) -> BackendResult:
+        inline = current_inline_event(self.real_path)
         at = utc_now().isoformat()
-        try:
-            with self._write():
-                row = self._current(namespace, item_id)
-                self._close_version(row, at, "delete")
-                generation = self._bump_generation(namespace)
-        except sqlite3.Error as exc:
-            raise BackendError(describe_sqlite_error(self.path, exc)) from exc
-        self._indexes.committed(namespace, generation, removed=row["version_id"])
-        tags = _tags_of(row)
-        effect = MemoryEffect(
-            kind=EffectKind.DELETE,
-            item_id=item_id,
-            namespace=namespace,
-            content_before=row["content"],
-            tags_before=tags,
-        )
-        return BackendResult({"id": item_id, "deleted": True, "deleted_at": at}, [effect])
+
+        def work() -> _Written:
+            row = self._current(namespace, item_id)
+            self._close_version(row, at, "delete")
+            generation = self._bump_generation(namespace)
+            effect = MemoryEffect(
+                kind=EffectKind.DELETE,
+                item_id=item_id,
+                namespace=namespace,
+                content_before=row["content"],
+                tags_before=tags_of(row),
+            )
+            value = {"id": item_id, "deleted": True, "deleted_at": at}
+            return _Written(
+                self, BackendResult(value, [effect]), namespace, generation, removed=row["version_id"]
+            )
+
+        return await self._write(inline, work)
 
     async def history(self, namespace: str, item_id: str) -> BackendResult:
+        return await self._thread.run(lambda: self._history(namespace, item_id))
+
+    def _history(self, namespace: str, item_id: str) -> BackendResult:
         rows = self._rows(
             "SELECT version, content, metadata, tags, provenance, valid_from, valid_to, closed_by"
             " FROM builtin_memory WHERE item_id = ? AND namespace = ? ORDER BY version",
@@ -431,8 +464,8 @@ class BuiltinBackend:
                 version=row["version"],
                 content=row["content"],
                 metadata=json.loads(row["metadata"]),
-                tags=_tags_of(row),
-                provenance=_provenance_of(row),
+                tags=tags_of(row),
+                provenance=provenance_of(row),
                 valid_from=datetime.fromisoformat(row["valid_from"]),
                 valid_to=datetime.fromisoformat(row["valid_to"]) if row["valid_to"] else None,
                 closed_by=row["closed_by"],

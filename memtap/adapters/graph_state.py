@@ -153,6 +153,19 @@ class FileState:
                 continue
         return graph, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
+    def size(self) -> int:
+        """The file's size in bytes (0 when it does not exist yet)."""
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+
+    def cached(self, names: frozenset[str]) -> Graph | None:
+        """The state of ``names`` from the cache when the file has not changed since (a stat, no read)."""
+        if self._stamp is not None and names <= self._names and self._current_stamp() == self._stamp:
+            return self._graph.touching(names)
+        return None
+
     def read(self, names: frozenset[str], *, fresh: bool) -> Graph:
         """The state of ``names``; ``fresh`` after memtap's own write (the cache keeps the rest)."""
         valid = not fresh and self._stamp is not None and self._current_stamp() == self._stamp

@@ -29,6 +29,7 @@ with ``derived_from`` naming the observation it replaced.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -70,6 +71,10 @@ MUTATING_TOOLS = frozenset(
         "delete_entities", "delete_observations", "delete_relations",
     }
 )  # fmt: skip
+# The reference server's file is read in a worker thread above this size (about 1 ms of
+# reading and filtering on the event loop); below it, on the loop.
+OFF_LOOP_BYTES = 256 * 1024
+
 _READS = frozenset({"read_graph", "search_nodes", "open_nodes"})
 _PENDING_LIMIT = 1024
 
@@ -185,13 +190,22 @@ class GraphTap:
         if names is None:
             if self.file is not None:
                 with contextlib.suppress(OSError):
-                    graph = self.file.scan_all()
-                    return graph
+                    if self.file.size() <= OFF_LOOP_BYTES:
+                        return self.file.scan_all()
+                    return await asyncio.to_thread(self.file.scan_all)
             return graph_from_result(await self.upstream.call_tool("read_graph", {}))
         if self.file is None:
             return await self._open_nodes(names)
         try:
-            graph = self.file.read(names, fresh=fresh)
+            # A cache hit costs a stat. A large file is read off the event loop; a small one (well
+            # under a millisecond to read) on it, where a thread hop would cost more than the read.
+            hit = None if fresh else self.file.cached(names)
+            if hit is not None:
+                graph = hit
+            elif self.file.size() > OFF_LOOP_BYTES:
+                graph = await asyncio.to_thread(self.file.read, names, fresh=fresh)
+            else:
+                graph = self.file.read(names, fresh=fresh)
         except OSError as exc:
             log.warning("upstream %s: cannot read %s (%s); reading state with open_nodes",
                         self.upstream.name, self.file.path, exc)  # fmt: skip

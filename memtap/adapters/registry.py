@@ -19,18 +19,22 @@ from memtap.errors import ConfigError
 
 __all__ = ["BACKENDS", "BackendFactory", "open_backend"]
 
-# kind -> factory(name, config, db path); ``builtin`` takes no name.
-BackendFactory = Callable[[str, ConfigFile, Path], MemoryBackend]
-BACKENDS: dict[str, BackendFactory] = {"builtin": lambda _name, _config, db: BuiltinBackend(db)}
+# kind -> factory(name, config, db path, durable); ``builtin`` takes no name.
+BackendFactory = Callable[[str, ConfigFile, Path, bool], MemoryBackend]
+BACKENDS: dict[str, BackendFactory] = {
+    "builtin": lambda _name, _config, db, durable: BuiltinBackend(db, durable=durable)
+}
 
 
-def open_backend(config: ConfigFile, db: Path) -> MemoryBackend:
+def open_backend(config: ConfigFile, db: Path, *, durable: bool = False) -> MemoryBackend:
+    """The configured backend over ``db``; ``durable``: its commits are synced to disk (the builtin
+    backend commits each write's event with it, so it follows ``--durable`` too)."""
     spec = config.memtap.backend
     kind, _, name = spec.partition(":")
     factory = BACKENDS.get(kind)
     if factory is None:
         _unavailable(spec, kind, name)
-    return factory(name, config, db)
+    return factory(name, config, db, durable)
 
 
 def _unavailable(spec: str, kind: str, name: str) -> NoReturn:

@@ -16,6 +16,11 @@ from the moment the request reached the endpoint):
   until the answer was sent);
 - ``total_ms``: until the caller had the last byte;
 - ``overhead_ms``: what memtap itself added, ``total - backend - memory``.
+
+With ``--durable`` the call's event is committed before the answer completes: the whole
+response (non-streaming) or the ``data: [DONE]`` event and the end of the stream wait for
+the commit (:mod:`memtap.proxy.held`); so does ``auto`` mode's memory capture, which runs
+before the event is handed over.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from memtap.auth import (
     resolve_context,
 )
 from memtap.errors import AccessDenied, InvalidArguments
+from memtap.proxy.held import DONE, HeldReply
 from memtap.proxy.http import (
     RequestProblem,
     headers_of,
@@ -166,6 +172,7 @@ class ChatProxy:
         model = request.get("model")
         upstream = self.router.get(model) if isinstance(model, str) else None
         started = [False]
+        held = HeldReply(send, hold=self.recorder.durable)
         async with recorded_call(
             self.recorder,
             tool="chat.completions",
@@ -205,13 +212,16 @@ class ChatProxy:
                 if mode not in ("off", "auto"):
                     raise RequestProblem(400, f"X-Memtap-Memory must be off or auto, not {mode!r}")
                 self._authorise(call, who, request, mode)
-                await self._serve(call, request, raw, upstream, mode, who, layers, receive, send, started)
+                await self._serve(
+                    call, request, raw, upstream, mode, who, layers, receive, send, held, started
+                )
             except (RequestProblem, UpstreamError) as exc:
                 if not started[0]:
                     started[0] = True
                     await send_bytes(send, exc.status, exc.body)
                     call.total_ms = (time.perf_counter() - t0) * 1000
                 raise
+        await held.release(call, stream=request.get("stream") is True)
         if not started[0]:  # an unexpected failure, already logged and recorded
             await send_bytes(send, 500, error_body(f"internal error: {call.error}", "server_error"))
 
@@ -226,6 +236,7 @@ class ChatProxy:
         layers: tuple[dict[str, Any], ...],
         receive: Receive,
         send: Send,
+        held: HeldReply,
         started: list[bool],
     ) -> None:
         t0 = call.started
@@ -257,7 +268,7 @@ class ChatProxy:
                 )
             call.end_backend()
             started[0] = True
-            await send_bytes(send, status, data, content_type.encode("latin-1"))
+            await send_bytes(held, status, data, content_type.encode("latin-1"))
             call.total_ms = call.ttft_ms = (time.perf_counter() - t0) * 1000
             result = _response_result(data)
         else:
@@ -265,7 +276,7 @@ class ChatProxy:
             async with self._open_stream(upstream, outgoing, body) as chunks:
                 started[0] = True
                 await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-                forwarded = await self._forward(chunks, receive, send)
+                forwarded = await self._forward(chunks, receive, send, held)
             call.end_backend()
             call.total_ms = (forwarded.ended_at - t0) * 1000
             summary = summarise_stream(forwarded.sent)
@@ -319,8 +330,13 @@ class ChatProxy:
             if aclose is not None:
                 await aclose()
 
-    async def _forward(self, chunks: AsyncIterator[bytes], receive: Receive, send: Send) -> _Forwarded:
-        """Send chunks on as they arrive, cut at event boundaries; stop when the client leaves."""
+    async def _forward(
+        self, chunks: AsyncIterator[bytes], receive: Receive, send: Send, held: HeldReply
+    ) -> _Forwarded:
+        """Send chunks on as they arrive, cut at event boundaries; stop when the client leaves.
+
+        ``held`` gets what ends the stream (``data: [DONE]``, the upstream's last bytes, the end
+        of the body): in durable mode it is sent after the event's commit."""
         forwarded = _Forwarded()
         sent = forwarded.sent
 
@@ -331,11 +347,16 @@ class ChatProxy:
                 cut = complete_prefix(data)
                 if cut:
                     out = data if cut == len(data) else data[:cut]
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    split = held.hold and out.endswith(DONE)
+                    head, done = (out[: -len(DONE)], DONE) if split else (out, b"")
+                    if head:
+                        await send({"type": "http.response.body", "body": head, "more_body": True})
+                    if done:
+                        await held({"type": "http.response.body", "body": done, "more_body": True})
                     sent.append((time.perf_counter(), out))
                 pending = data[cut:]
             if pending:  # the upstream's last bytes, as they are
-                await send({"type": "http.response.body", "body": pending, "more_body": True})
+                await held({"type": "http.response.body", "body": pending, "more_body": True})
                 sent.append((time.perf_counter(), pending))
 
         pumping = asyncio.ensure_future(pump())
@@ -358,7 +379,7 @@ class ChatProxy:
         elif pumping.cancelled() or not pumping.done():
             forwarded.disconnected = True
         if not forwarded.disconnected:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await held({"type": "http.response.body", "body": b"", "more_body": False})
         forwarded.ended_at = time.perf_counter()
         return forwarded
 

@@ -321,10 +321,10 @@ def build_forward_server(
         if denied:  # a refusal is the caller's tool error, as for memtap's own tools
             text = types.TextContent(type="text", text=call.error or "refused")
             return types.CallToolResult(content=[text], is_error=True)
-        if parsed is not None:
+        if parsed is not None and call.commit_error is None:
             return parsed
         mark_recorded(ctx)  # the guard must not record this JSON-RPC error a second time
-        raise MCPError(code, call.error or "error", data)
+        raise MCPError(code, call.error or "error", data)  # durable: an uncommitted event is an error
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -354,6 +354,7 @@ def build_forward_server(
         candidates = [router.resources[uri]] if uri in router.resources else router.upstreams()
         who, front_door, layers = caller(ctx)
         last: MemtapError = UnknownTool(f"no upstream offers resource {uri!r}")
+        read: types.ReadResourceResult | None = None
         for upstream in candidates:
             async with recorded_call(
                 recorder,
@@ -387,7 +388,12 @@ def build_forward_server(
                     call.end_backend()
                 contents = result.get("contents") or []
                 call.value = {"contents": len(contents)}
-                return types.ReadResourceResult.model_validate(result)
+                read = types.ReadResourceResult.model_validate(result)
+            if read is not None:
+                if call.commit_error is not None:  # durable: an uncommitted event is an error
+                    mark_recorded(ctx)
+                    raise MCPError(types.INTERNAL_ERROR, call.commit_error)
+                return read
         mark_recorded(ctx)
         raise MCPError(_error_code(last), str(last))
 

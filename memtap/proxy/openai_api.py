@@ -26,6 +26,7 @@ from memtap.auth import CALLER_SCOPE_KEY, Caller, Policy, best_context, local_ca
 from memtap.config import ConfigFile
 from memtap.errors import AccessDenied, InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
+from memtap.proxy.held import HeldReply
 from memtap.proxy.http import (
     RequestProblem,
     headers_of,
@@ -147,6 +148,7 @@ class OpenAIFrontDoor:
         upstream = None if embedder is not None else self.router.get(alias)
         provider = "local" if embedder is not None else (upstream.provider if upstream is not None else None)
         answered = False
+        held = HeldReply(send, hold=self.recorder.durable)  # durable: the answer waits for the commit
         async with recorded_call(
             self.recorder,
             tool="embeddings",
@@ -193,7 +195,7 @@ class OpenAIFrontDoor:
                     )
                 call.end_backend()
                 answered = True
-                await send_bytes(send, 200, body)
+                await send_bytes(held, 200, body)
                 call.total_ms = (time.perf_counter() - t0) * 1000
                 usage = _usage_of(body)
                 call.input_tokens = usage.get("prompt_tokens")
@@ -203,6 +205,7 @@ class OpenAIFrontDoor:
                 answered = True
                 await send_bytes(send, exc.status, exc.body)
                 raise
+        await held.release(call, stream=False)
         if not answered:
             await send_bytes(send, 500, error_body(f"internal error: {call.error}", "server_error"))
 

@@ -132,7 +132,7 @@ class Runtime:
                 assert self.upstreams is not None
                 self.backend: MemoryBackend = self.upstreams.memory_backend(wrapped)
             else:
-                self.backend = open_backend(settings.config, settings.db)
+                self.backend = open_backend(settings.config, settings.db, durable=settings.durable)
         except Exception:
             self.recorder.close()
             raise
@@ -172,5 +172,8 @@ class Runtime:
         return bool(self.settings.upstreams)
 
     async def aclose(self) -> None:
-        await self.backend.close()
-        self.recorder.close()
+        """Close the backend, then the recorder (which writes what is still queued), whatever fails."""
+        try:
+            await self.backend.close()
+        finally:
+            self.recorder.close()

@@ -6,7 +6,13 @@ call becomes exactly one event. A :class:`MemtapError` raised inside becomes the
 event's error; any other exception is logged and recorded as an internal error.
 Neither propagates: the front door reads ``record.error`` and answers its caller.
 In durable mode a failed commit is an error too: the caller learns that the call was
-carried out but not recorded (the event is spilled beside the database, never lost).
+carried out but not recorded (``record.commit_error``; the event is spilled beside the
+database, never lost), and a front door must not answer as if it had succeeded.
+
+A cancelled call (a client that disconnected, an MCP ``notifications/cancelled``) is
+recorded too, with what it did, and the cancellation goes on. A storage call offers its
+event to the backend (:mod:`memtap.trace.inline`): the builtin backend commits it with
+its write, and it is then not handed to the recorder again.
 
 Calls nest: a call made while another is being served (a chat's memory search) names
 the outer one as its ``parent_id``, and its span is a child of the outer span.
@@ -15,6 +21,7 @@ A chat call (``op=Op.CHAT``) gets a GenAI ``chat {model}`` span instead of a mem
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
@@ -25,6 +32,7 @@ from typing import Any
 
 from memtap.errors import MemtapError, StoreError
 from memtap.ids import new_id
+from memtap.trace.inline import InlineEvent, offer, withdraw
 from memtap.trace.models import Context, MemoryEffect, Op, TraceEvent, utc_now
 from memtap.trace.otel import chat_span, finish_chat_span, finish_memory_span, memory_span
 from memtap.trace.writer import Recorder
@@ -34,6 +42,8 @@ __all__ = ["CallRecord", "recorded_call"]
 log = logging.getLogger("memtap.calls")
 
 _CURRENT_CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar("memtap_call", default=None)
+_STORAGE_OPS = frozenset({Op.WRITE, Op.UPDATE, Op.DELETE})
+CANCELLED = "cancelled: the caller went away before the answer"
 
 
 @dataclass
@@ -59,6 +69,8 @@ class CallRecord:
     memory_ms: float | None = None
     links: list[str] = field(default_factory=list)
     parent_id: str | None = None
+    # Set when durable mode could not commit the event: the front door must answer with an error.
+    commit_error: str | None = None
     # Set by a front door whose caller had its answer before the call ended (work after the
     # response, such as a chat's memory capture, is then not counted as the caller's wait).
     total_ms: float | None = None
@@ -102,24 +114,14 @@ async def recorded_call(
         id=new_id(), tool=tool, op=op, arguments=arguments, model=model, provider=provider, started=t0
     )
     record.parent_id = _CURRENT_CALL.get()
-    token = _CURRENT_CALL.set(record.id)
-    span_cm = (
-        chat_span(model or tool, provider or backend) if op == Op.CHAT else memory_span(op, tool, backend)
-    )
-    with span_cm as span:
-        try:
-            yield record
-        except MemtapError as exc:
-            record.error = str(exc)
-            record.value = {"error": record.error}
-        except Exception as exc:  # a bug or an unexpected backend failure: report it, stay up
-            log.exception("%s %s failed", front_door, tool)
-            record.error = f"internal error: {type(exc).__name__}: {exc}"
-            record.value = {"error": record.error}
-        finally:
-            _CURRENT_CALL.reset(token)
-        if record._backend_started is not None and record.backend_ms is None:
-            record.end_backend()
+
+    def build(value: Any, effects: list[MemoryEffect], error: str | None = None) -> TraceEvent:
+        """The call's event as it stands, with ``value``, ``effects`` and ``error`` (else the
+        record's); any thread (the builtin backend builds it inside its transaction)."""
+        error = record.error if error is None else error
+        backend_ms = record.backend_ms
+        if record._backend_started is not None and backend_ms is None:
+            backend_ms = (time.perf_counter() - record._backend_started) * 1000
         # Every field is already of its type: construct without validating (hot path).
         event = TraceEvent.model_construct(
             id=record.id,
@@ -131,11 +133,11 @@ async def recorded_call(
             op=record.op,  # the serving code may refine it once it knows (a write that replaced: update)
             context=record.context or fallback_context(),
             arguments=arguments,
-            result=record.value,
-            effects=record.effects,
-            backend_ms=record.backend_ms,
-            status="ok" if record.error is None else "error",
-            error=record.error,
+            result=value,
+            effects=effects,
+            backend_ms=backend_ms,
+            status="ok" if error is None else "error",
+            error=error,
             gate=record.gate,
             parent_id=record.parent_id,
             model=record.model,
@@ -148,17 +150,71 @@ async def recorded_call(
         )
         total_ms = record.total_ms if record.total_ms is not None else (time.perf_counter() - t0) * 1000
         event.total_ms = round(total_ms, 4)
-        event.overhead_ms = round(total_ms - (record.backend_ms or 0.0) - (record.memory_ms or 0.0), 4)
-        if op == Op.CHAT:
-            finish_chat_span(span, event)
-        else:
-            finish_memory_span(span, event, record.query)
+        event.overhead_ms = round(total_ms - (backend_ms or 0.0) - (record.memory_ms or 0.0), 4)
+        return event
+
+    inline = InlineEvent(recorder.real_path, build, recorder.count_committed) if op in _STORAGE_OPS else None
+    token = _CURRENT_CALL.set(record.id)
+    offered = offer(inline)
+    recorder.stats.open_calls += 1
+    span_cm = (
+        chat_span(model or tool, provider or backend) if op == Op.CHAT else memory_span(op, tool, backend)
+    )
+    with span_cm as span:
+
+        def finish(event: TraceEvent) -> None:
+            if op == Op.CHAT:
+                finish_chat_span(span, event)
+            else:
+                finish_memory_span(span, event, record.query)
+
+        try:
+            yield record
+        except MemtapError as exc:
+            record.error = str(exc)
+            record.value = {"error": record.error}
+        except Exception as exc:  # a bug or an unexpected backend failure: report it, stay up
+            log.exception("%s %s failed", front_door, tool)
+            record.error = f"internal error: {type(exc).__name__}: {exc}"
+            record.value = {"error": record.error}
+        except asyncio.CancelledError:  # recorded with what it did; the cancellation goes on
+            recorder.stats.cancelled += 1
+            # The record is left as it is: a backend committing this call's write now builds
+            # its event from it, and that event (not this one) is then the call's.
+            cancelled = build({"error": CANCELLED}, list(record.effects), CANCELLED)
+            finish(cancelled)
+            if inline is not None:
+                inline.abandon(lambda: _hand_over(recorder, cancelled))
+            else:
+                _hand_over(recorder, cancelled)
+            raise
+        finally:
+            withdraw(offered)
+            _CURRENT_CALL.reset(token)
+            recorder.stats.open_calls -= 1
+        if record._backend_started is not None and record.backend_ms is None:
+            record.end_backend()
+        if inline is not None and inline.claimed and inline.event is not None:
+            finish(inline.event)  # committed with the backend's write
+            if record.error is not None:
+                log.error(
+                    "%s %s failed after its write and event committed: %s", front_door, tool, record.error
+                )
+            return
+        event = build(record.value, record.effects)
+        finish(event)
         try:
             await recorder.record(event)
         except StoreError as exc:  # durable mode: the commit failed, so the caller must not think it did
             outcome = "the call failed" if record.error else "the call was carried out"
-            record.error = (
-                f"{outcome} but its trace could not be committed ({exc}); "
-                f"the event was saved to {recorder.spill_path}"
-            )
+            record.commit_error = f"{outcome} but its trace could not be committed: {exc}"
+            record.error = record.commit_error
             record.value = {"error": record.error}
+
+
+def _hand_over(recorder: Recorder, event: TraceEvent) -> None:
+    """Queue a cancelled call's event without waiting for its commit (its caller is gone)."""
+    try:
+        recorder.submit(event)
+    except StoreError as exc:
+        log.error("the event of cancelled call %s was not recorded: %s", event.id, exc)

@@ -27,7 +27,7 @@ from memtap.trace.models import (
 )
 from memtap.trace.sqlite import describe_sqlite_error, is_transient, open_database
 
-__all__ = ["TraceStore", "immediate_transaction"]
+__all__ = ["TraceStore", "immediate_transaction", "insert_events"]
 
 
 def _json(value: Any) -> str | None:
@@ -74,6 +74,164 @@ def immediate_transaction(db: Database) -> Iterator[None]:
     db.conn.execute("COMMIT")
 
 
+def insert_events(conn: sqlite3.Connection, events: Sequence[TraceEvent]) -> None:
+    """Insert events, their effects and the item states they imply, inside the caller's transaction.
+
+    The recorder calls it through :meth:`TraceStore.write_events`; the builtin backend calls it
+    on its own connection inside a write's transaction, so the write and its event commit together.
+    Raises ``sqlite3.Error``; the caller rolls back.
+    """
+    # Enum members are str subclasses: SQLite binds them as text, without the cost of .value.
+    event_rows = []
+    effect_rows = []
+    materialise = []
+    for event in events:
+        ctx = event.context
+        ended = event.ended_at.isoformat()
+        event_rows.append(
+            (
+                event.id,
+                event.started_at.isoformat(),
+                ended,
+                event.front_door,
+                event.backend,
+                event.tool,
+                event.op,
+                event.status,
+                event.error,
+                ctx.principal,
+                ctx.namespace,
+                ctx.requester,
+                ctx.run,
+                ctx.episode,
+                ctx.session,
+                ctx.turn,
+                ctx.role,
+                ctx.client,
+                ctx.upstream,
+                ctx.model_dump_json(exclude_none=True),
+                _json(event.arguments) or "{}",
+                _json(event.result),
+                event.backend_ms,
+                event.overhead_ms,
+                event.gate,
+                event.total_ms,
+                event.parent_id,
+                event.model,
+                event.provider,
+                event.input_tokens,
+                event.output_tokens,
+                event.ttft_ms,
+                event.memory_ms,
+                _json(event.links) if event.links else None,
+            )
+        )
+        for seq, eff in enumerate(event.effects):
+            tags_after = _tags_json(eff.tags_after)
+            derived = _json(eff.derived_from) if eff.derived_from else None
+            effect_rows.append(
+                (
+                    event.id,
+                    seq,
+                    eff.kind,
+                    event.backend,
+                    eff.namespace or ctx.namespace,
+                    eff.item_id,
+                    eff.content_before,
+                    eff.content_after,
+                    _tags_json(eff.tags_before),
+                    tags_after,
+                    eff.rank,
+                    eff.score,
+                    derived,
+                    1 if eff.reconciled else 0,
+                    _json(eff.evidence),
+                )
+            )
+            materialise.append((event, eff, ended, tags_after, derived))
+    conn.executemany(_INSERT_EVENT, event_rows)
+    conn.executemany(_INSERT_EFFECT, effect_rows)
+    for args in materialise:
+        _materialise(conn, *args)
+
+
+def _materialise(
+    conn: sqlite3.Connection,
+    event: TraceEvent,
+    eff: MemoryEffect,
+    at: str,
+    tags: str | None,
+    derived: str | None,
+) -> None:
+    """Apply one effect to the items it touches (``at``, ``tags``, ``derived``: already as text)."""
+    key = (event.backend, eff.item_id)
+    kind = eff.kind
+    if kind == EffectKind.RETRIEVE:
+        conn.execute(
+            "UPDATE items SET retrieved_count = retrieved_count + 1 WHERE backend = ? AND item_id = ?",
+            key,
+        )
+        return
+    if kind == EffectKind.DELETE:
+        row = conn.execute(
+            "SELECT version, valid_to FROM items WHERE backend = ? AND item_id = ?", key
+        ).fetchone()
+        if row is not None and row[1] is None:
+            conn.execute(
+                "UPDATE items SET valid_to = ?, last_event = ? WHERE backend = ? AND item_id = ?",
+                (at, event.id, *key),
+            )
+            conn.execute(
+                "UPDATE item_versions SET valid_to = ? WHERE backend = ? AND item_id = ? AND version = ?",
+                (at, *key, row[0]),
+            )
+        return
+    content = eff.content_after if eff.content_after is not None else ""
+    ctx = event.context
+    created = conn.execute(
+        "INSERT OR IGNORE INTO items (backend, item_id, namespace, content, tags, version, created_event,"
+        " principal, run_id, episode, session, turn, role, valid_from, valid_to, derived_from,"
+        " last_event) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+        (
+            *key,
+            eff.namespace or ctx.namespace,
+            content,
+            tags,
+            event.id,
+            ctx.principal,
+            ctx.run,
+            ctx.episode,
+            ctx.session,
+            ctx.turn,
+            ctx.role,
+            at,
+            derived,
+            event.id,
+        ),
+    ).rowcount
+    if created:
+        conn.execute(
+            "INSERT INTO item_versions VALUES (?, ?, 1, ?, ?, ?, ?, ?, NULL)",
+            (*key, content, tags, kind, event.id, at),
+        )
+        return
+    (current,) = conn.execute("SELECT version FROM items WHERE backend = ? AND item_id = ?", key).fetchone()
+    conn.execute(
+        "UPDATE item_versions SET valid_to = ? WHERE backend = ? AND item_id = ? AND version = ?"
+        " AND valid_to IS NULL",
+        (at, *key, current),
+    )
+    conn.execute(
+        "INSERT INTO item_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+        (*key, current + 1, content, tags, kind, event.id, at),
+    )
+    conn.execute(
+        "UPDATE items SET content = ?, tags = COALESCE(?, tags), version = ?, valid_to = NULL,"
+        " last_event = ? WHERE backend = ? AND item_id = ?",
+        (content, tags, current + 1, event.id, *key),
+    )
+
+
 class TraceStore:
     """A trace database. Opening one applies pending migrations."""
 
@@ -103,162 +261,11 @@ class TraceStore:
         """Insert events, their effects and the item states they imply, in one transaction."""
         if not events:
             return
-        # Enum members are str subclasses: SQLite binds them as text, without the cost of .value.
-        event_rows = []
-        effect_rows = []
-        materialise = []
-        for event in events:
-            ctx = event.context
-            ended = event.ended_at.isoformat()
-            event_rows.append(
-                (
-                    event.id,
-                    event.started_at.isoformat(),
-                    ended,
-                    event.front_door,
-                    event.backend,
-                    event.tool,
-                    event.op,
-                    event.status,
-                    event.error,
-                    ctx.principal,
-                    ctx.namespace,
-                    ctx.requester,
-                    ctx.run,
-                    ctx.episode,
-                    ctx.session,
-                    ctx.turn,
-                    ctx.role,
-                    ctx.client,
-                    ctx.upstream,
-                    ctx.model_dump_json(exclude_none=True),
-                    _json(event.arguments) or "{}",
-                    _json(event.result),
-                    event.backend_ms,
-                    event.overhead_ms,
-                    event.gate,
-                    event.total_ms,
-                    event.parent_id,
-                    event.model,
-                    event.provider,
-                    event.input_tokens,
-                    event.output_tokens,
-                    event.ttft_ms,
-                    event.memory_ms,
-                    _json(event.links) if event.links else None,
-                )
-            )
-            for seq, eff in enumerate(event.effects):
-                tags_after = _tags_json(eff.tags_after)
-                derived = _json(eff.derived_from) if eff.derived_from else None
-                effect_rows.append(
-                    (
-                        event.id,
-                        seq,
-                        eff.kind,
-                        event.backend,
-                        eff.namespace or ctx.namespace,
-                        eff.item_id,
-                        eff.content_before,
-                        eff.content_after,
-                        _tags_json(eff.tags_before),
-                        tags_after,
-                        eff.rank,
-                        eff.score,
-                        derived,
-                        1 if eff.reconciled else 0,
-                        _json(eff.evidence),
-                    )
-                )
-                materialise.append((event, eff, ended, tags_after, derived))
-        conn = self.db.conn
         try:
             with immediate_transaction(self.db):
-                conn.executemany(_INSERT_EVENT, event_rows)
-                conn.executemany(_INSERT_EFFECT, effect_rows)
-                for args in materialise:
-                    self._materialise(conn, *args)
+                insert_events(self.db.conn, events)
         except sqlite3.Error as exc:
             raise StoreError(describe_sqlite_error(self.path, exc), transient=is_transient(exc)) from exc
-
-    def _materialise(
-        self,
-        conn: sqlite3.Connection,
-        event: TraceEvent,
-        eff: MemoryEffect,
-        at: str,
-        tags: str | None,
-        derived: str | None,
-    ) -> None:
-        """Apply one effect to the items it touches (``at``, ``tags``, ``derived``: already as text)."""
-        key = (event.backend, eff.item_id)
-        kind = eff.kind
-        if kind == EffectKind.RETRIEVE:
-            conn.execute(
-                "UPDATE items SET retrieved_count = retrieved_count + 1 WHERE backend = ? AND item_id = ?",
-                key,
-            )
-            return
-        if kind == EffectKind.DELETE:
-            row = conn.execute(
-                "SELECT version, valid_to FROM items WHERE backend = ? AND item_id = ?", key
-            ).fetchone()
-            if row is not None and row[1] is None:
-                conn.execute(
-                    "UPDATE items SET valid_to = ?, last_event = ? WHERE backend = ? AND item_id = ?",
-                    (at, event.id, *key),
-                )
-                conn.execute(
-                    "UPDATE item_versions SET valid_to = ? WHERE backend = ? AND item_id = ? AND version = ?",
-                    (at, *key, row[0]),
-                )
-            return
-        content = eff.content_after if eff.content_after is not None else ""
-        ctx = event.context
-        created = conn.execute(
-            "INSERT OR IGNORE INTO items (backend, item_id, namespace, content, tags, version, created_event,"
-            " principal, run_id, episode, session, turn, role, valid_from, valid_to, derived_from,"
-            " last_event) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-            (
-                *key,
-                eff.namespace or ctx.namespace,
-                content,
-                tags,
-                event.id,
-                ctx.principal,
-                ctx.run,
-                ctx.episode,
-                ctx.session,
-                ctx.turn,
-                ctx.role,
-                at,
-                derived,
-                event.id,
-            ),
-        ).rowcount
-        if created:
-            conn.execute(
-                "INSERT INTO item_versions VALUES (?, ?, 1, ?, ?, ?, ?, ?, NULL)",
-                (*key, content, tags, kind, event.id, at),
-            )
-            return
-        (current,) = conn.execute(
-            "SELECT version FROM items WHERE backend = ? AND item_id = ?", key
-        ).fetchone()
-        conn.execute(
-            "UPDATE item_versions SET valid_to = ? WHERE backend = ? AND item_id = ? AND version = ?"
-            " AND valid_to IS NULL",
-            (at, *key, current),
-        )
-        conn.execute(
-            "INSERT INTO item_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-            (*key, current + 1, content, tags, kind, event.id, at),
-        )
-        conn.execute(
-            "UPDATE items SET content = ?, tags = COALESCE(?, tags), version = ?, valid_to = NULL,"
-            " last_event = ? WHERE backend = ? AND item_id = ?",
-            (content, tags, current + 1, event.id, *key),
-        )
 
     # -- reading -----------------------------------------------------------------
 

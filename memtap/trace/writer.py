@@ -6,17 +6,27 @@ committed, so an acknowledged call is on disk. Nothing is dropped silently: a fu
 queue makes the caller wait (and is counted), a database that refuses writes is
 retried, and what still cannot be written at shutdown is spilled to a JSON Lines
 file beside the database and reported.
+
+Cancellation-safe: a caller that stops waiting (a cancelled task, a client that went
+away) never stops its event from being written, and never touches another caller's
+answer. The writer settles each future once, after its batch's transaction is over,
+and skips futures whose waiter is gone; a batch is written again event by event only
+when its transaction failed, never after it committed.
+
+A write of the builtin backend commits its event in its own transaction (see
+:mod:`memtap.trace.calls`); :meth:`Recorder.count_committed` counts such events here too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +40,20 @@ log = logging.getLogger("memtap.recorder")
 
 _STOP = object()
 
+# An event and who waits for its commit: a caller of submit(), a durable caller of record()
+# (a future of its event loop), or nobody.
+_Entry = tuple[TraceEvent, "Future[None] | asyncio.Future[None] | None"]
+
+
+def _answer(done: asyncio.Future[None], error: StoreError | None) -> None:
+    """On the waiter's event loop: complete its future unless it was cancelled meanwhile."""
+    if done.done():
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(error)
+
 
 @dataclass
 class RecorderStats:
@@ -39,6 +63,12 @@ class RecorderStats:
     overflow_waits: int = 0
     write_retries: int = 0
     spilled: int = 0
+    # Events committed by the builtin backend in its write transaction (also in submitted/written).
+    committed_with_write: int = 0
+    # Calls being served now (recorded_call entered, not yet left): they will each add one event.
+    open_calls: int = 0
+    # Calls whose caller went away (cancelled) while served or while waiting for a durable commit.
+    cancelled: int = 0
     last_error: str | None = None
 
     def as_dict(self, queue_depth: int) -> dict[str, object]:
@@ -59,6 +89,7 @@ class Recorder:
         linger_s: float = 0.005,
     ) -> None:
         self.path = Path(path)
+        self.real_path = self.path.resolve()  # what a backend writing the same file compares
         self.durable = durable
         self.batch_size = batch_size
         self.retry_for_s = retry_for_s
@@ -71,6 +102,7 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._store: TraceStore | None = None
         self._closing = threading.Event()
+        self._give_up_at = float("inf")  # set by close(): retrying stops here
         self._idle = threading.Condition()
 
     @property
@@ -86,23 +118,33 @@ class Recorder:
         self._thread.start()
         return self
 
-    def _entry(self, event: TraceEvent) -> tuple[TraceEvent, Future[None]]:
+    def _check_running(self, event: TraceEvent) -> None:
         if self._thread is None or self._closing.is_set():
-            raise StoreError("the recorder is not running; the event was not recorded")
+            error = StoreError("the recorder is not running")
+            raise StoreError(f"the recorder is not running; {self._spill([event], error)}")
         with self._idle:
             self.stats.submitted += 1
-        return event, Future()
+
+    def count_committed(self, n: int = 1) -> None:
+        """Count events that a backend committed in its own write transaction."""
+        with self._idle:
+            self.stats.submitted += n
+            self.stats.written += n
+            self.stats.committed_with_write += n
+            self._idle.notify_all()
 
     def submit(self, event: TraceEvent) -> Future[None]:
         """Queue an event from synchronous code (a full queue blocks this thread); the
         future completes when its batch is committed."""
-        entry = self._entry(event)
+        self._check_running(event)
+        done: Future[None] = Future()
+        entry = (event, done)
         try:
             self._queue.put_nowait(entry)
         except queue.Full:
             self.stats.overflow_waits += 1
             self._queue.put(entry)
-        return entry[1]
+        return done
 
     async def record(self, event: TraceEvent) -> None:
         """Record from async code; in durable mode, return only after the commit.
@@ -110,14 +152,23 @@ class Recorder:
         A full queue makes this caller wait in a worker thread, never the event loop,
         so other requests go on while the writer catches up.
         """
-        entry = self._entry(event)
+        self._check_running(event)
+        # Durable: the writer answers this loop's future; not durable: nobody waits.
+        done = asyncio.get_running_loop().create_future() if self.durable else None
+        entry = (event, done)
         try:
             self._queue.put_nowait(entry)
         except queue.Full:
             self.stats.overflow_waits += 1
             await asyncio.to_thread(self._queue.put, entry)
-        if self.durable:
-            await asyncio.wrap_future(entry[1])
+        if done is not None:
+            # A cancelled wait cancels only this future: the event stays queued and is written,
+            # and the writer skips futures that are already done (see _settle).
+            try:
+                await done
+            except asyncio.CancelledError:
+                self.stats.cancelled += 1
+                raise
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every event submitted so far is written (or spilled)."""
@@ -131,14 +182,24 @@ class Recorder:
         return True
 
     def close(self, timeout: float = 30.0) -> None:
-        """Flush and stop. Events that cannot be written are spilled, never dropped."""
+        """Flush and stop within ``timeout``. Events that cannot be written are spilled, never dropped.
+
+        Closing cuts the retry window short: a batch still refused a second before the
+        timeout is spilled, so the writer ends before the store is closed. A writer that is
+        still busy anyway (a commit stuck in the file system) keeps its store open.
+        """
         if self._thread is None:
             return
+        self._give_up_at = time.monotonic() + max(0.0, timeout - 1.0)
         self._closing.set()
         self._queue.put(_STOP)
         self._thread.join(timeout)
         if self._thread.is_alive():
-            log.error("recorder did not finish within %.0f s; %s", timeout, self.stats_dict())
+            log.error(
+                "recorder did not finish within %.0f s; its store stays open; %s", timeout, self.stats_dict()
+            )
+            self._thread = None
+            return
         self._thread = None
         if self._store is not None:
             self._store.close()
@@ -153,7 +214,7 @@ class Recorder:
         stopping = False
         while not stopping:
             first = self._queue.get()
-            batch: list[tuple[TraceEvent, Future[None]]] = []
+            batch: list[_Entry] = []
             if first is _STOP:
                 stopping = True
             else:
@@ -170,67 +231,92 @@ class Recorder:
             if batch:
                 try:
                     self._write(batch)
-                except Exception:  # never let the writer die: later events must still be written
+                except Exception as exc:  # never let the writer die: later events must still be written
                     log.exception("recorder: unexpected failure writing a batch")
+                    self._settle(batch, StoreError(f"recorder failure: {type(exc).__name__}: {exc}"))
             if self.linger_s and not stopping:
                 self._closing.wait(self.linger_s)
 
-    def _write(self, batch: list[tuple[TraceEvent, Future[None]]]) -> None:
-        try:
-            self._write_batch(batch)
-        except Exception as exc:  # an event the store cannot take: write the others one by one
-            log.error("a batch of %d events failed (%s); writing them one at a time", len(batch), exc)
-            for one in batch:
-                try:
-                    self._write_batch([one])
-                except Exception as single:
-                    reason = f"{type(single).__name__}: {single}"
-                    error = StoreError(f"event {one[0].id} could not be stored: {reason}")
-                    self._spill([one[0]], error)
-                    one[1].set_exception(error)
-
-    def _write_batch(self, batch: list[tuple[TraceEvent, Future[None]]]) -> None:
-        assert self._store is not None
+    def _write(self, batch: list[_Entry]) -> None:
         events = [event for event, _ in batch]
+        error = self._commit(events)
+        if error is None:
+            self._settle(batch, None)
+            return
+        if error.transient:  # retried until the window closed: nothing more to try
+            error = StoreError(f"{error}; {self._spill(events, error)}", transient=True)
+            self._settle(batch, error)
+            return
+        # An event the store cannot take: write the others one by one, spill that one.
+        log.error("a batch of %d events failed (%s); writing them one at a time", len(batch), error)
+        for one in batch:
+            single = self._commit([one[0]]) if len(batch) > 1 else error
+            if single is not None:
+                single = StoreError(
+                    f"event {one[0].id} could not be stored: {single}; {self._spill([one[0]], single)}"
+                )
+            self._settle([one], single)
+
+    def _commit(self, events: list[TraceEvent]) -> StoreError | None:
+        """Write ``events`` in one transaction, retrying transient failures; the error, if it failed."""
+        assert self._store is not None
         delay = 0.02
         deadline = time.monotonic() + self.retry_for_s
         while True:
             try:
                 self._store.write_events(events)
-                error: StoreError | None = None
-                break
             except StoreError as exc:
-                error = exc
                 self.stats.last_error = str(exc)
                 if not exc.transient:
-                    raise  # retrying cannot help: the caller writes the batch event by event
+                    return exc  # retrying cannot help
                 self.stats.write_retries += 1
-                if time.monotonic() >= deadline:
-                    break
+                left = min(deadline, self._give_up_at) - time.monotonic()
+                if left <= 0:
+                    return exc
                 log.warning("trace write failed, retrying: %s", exc)
-                time.sleep(delay)
+                time.sleep(min(delay, left))
                 delay = min(delay * 2, 1.0)
-        if error is None:
+                continue
+            except Exception as exc:  # not a database error: a bug; the batch is written event by event
+                log.exception("recorder: unexpected failure writing %d events", len(events))
+                return StoreError(f"{type(exc).__name__}: {exc}")
             with self._idle:
-                self.stats.written += len(batch)
+                self.stats.written += len(events)
                 self.stats.batches += 1
                 self._idle.notify_all()
-            for _, done in batch:
-                done.set_result(None)
-            return
-        self._spill(events, error)
-        for _, done in batch:
-            done.set_exception(error)
+            return None
 
-    def _spill(self, events: list[TraceEvent], error: StoreError) -> None:
+    @staticmethod
+    def _settle(batch: list[_Entry], error: StoreError | None) -> None:
+        """Answer each waiter once; a waiter that has gone (its future cancelled) is skipped."""
+        for _, done in batch:
+            if done is None:
+                continue
+            if isinstance(done, Future):
+                try:  # under the future's lock: a cancelled future refuses, nothing else changes
+                    if error is None:
+                        done.set_result(None)
+                    else:
+                        done.set_exception(error)
+                except InvalidStateError:
+                    pass  # cancelled by its waiter, or already answered
+                continue
+            with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody waits
+                done.get_loop().call_soon_threadsafe(_answer, done, error)
+
+    def _spill(self, events: list[TraceEvent], error: StoreError) -> str:
+        """Append ``events`` to the spill file; says where they went (for the caller's error)."""
         try:
             with self.spill_path.open("a", encoding="utf-8") as fh:
                 for event in events:
                     data = event.model_dump(mode="python")
                     fh.write(json.dumps(data, ensure_ascii=True, default=str) + "\n")
             log.error("%d events could not be written (%s); saved to %s", len(events), error, self.spill_path)
+            where = f"the event was saved to {self.spill_path}"
         except OSError as exc:  # the spill file failed too: say so loudly
             log.critical("%d events lost: %s; and spill failed: %s", len(events), error, exc)
+            where = f"the event could not be saved to {self.spill_path} either ({exc}) and is lost"
         with self._idle:
             self.stats.spilled += len(events)
             self._idle.notify_all()
+        return where
