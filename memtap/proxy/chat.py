@@ -33,6 +33,7 @@ from starlette.types import Receive, Scope, Send
 from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, Upstream, UpstreamError, error_body
 from memtap.errors import InvalidArguments
 from memtap.proxy.context import build_context, build_context_safely, fields_from_headers
+from memtap.proxy.fields import CHAT_FIELDS, check_types, forwardable, recorded, refuse_redirects
 from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer, Recall
@@ -133,6 +134,8 @@ class ChatProxy:
             problem = exc
         model = request.get("model")
         upstream = self.router.get(model) if isinstance(model, str) else None
+        allowed = upstream.chat_fields if upstream is not None else CHAT_FIELDS
+        request, dropped = forwardable(request, allowed)
         started = [False]
         async with recorded_call(
             self.recorder,
@@ -140,7 +143,7 @@ class ChatProxy:
             op=Op.CHAT,
             front_door="openai",
             backend=upstream.via if upstream is not None else "none",
-            arguments=request,
+            arguments=recorded(request, dropped),
             fallback_context=lambda: build_context_safely(
                 principal, headers.get("user-agent"), context_layers(request, headers)
             ),
@@ -152,6 +155,8 @@ class ChatProxy:
                 if problem is not None:
                     raise problem
                 _validate(request)
+                refuse_redirects(dropped)
+                check_types(request, allowed)
                 if upstream is None:
                     raise RequestProblem(
                         404,
@@ -170,7 +175,16 @@ class ChatProxy:
                 if mode not in ("off", "auto"):
                     raise RequestProblem(400, f"X-Memtap-Memory must be off or auto, not {mode!r}")
                 await self._serve(
-                    call, request, raw, upstream, mode, principal, layers, receive, send, started
+                    call,
+                    request,
+                    raw if not dropped else b"",
+                    upstream,
+                    mode,
+                    principal,
+                    layers,
+                    receive,
+                    send,
+                    started,
                 )
             except (RequestProblem, UpstreamError) as exc:
                 if not started[0]:
@@ -204,7 +218,8 @@ class ChatProxy:
                 call.links.append(recall.event_id)
         stream = request.get("stream") is True
         passthrough = upstream.via == "passthrough"
-        body = upstream.prepare(outgoing, raw, changed=bool(recall.memories)) if passthrough else b""
+        changed = bool(recall.memories) or not raw  # no raw bytes: fields were dropped from them
+        body = upstream.prepare(outgoing, raw, changed=changed) if passthrough else b""
         reply: str | None = None
         complete = True
         if not stream:

@@ -26,6 +26,7 @@ from memtap.config import ConfigFile
 from memtap.errors import InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
 from memtap.proxy.context import build_context, build_context_safely
+from memtap.proxy.fields import EMBEDDING_FIELDS, check_types, forwardable, recorded, refuse_redirects
 from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
 from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer
@@ -138,6 +139,8 @@ class OpenAIFrontDoor:
         embedder = self.embedders.get(alias)
         upstream = None if embedder is not None else self.router.get(alias)
         provider = "local" if embedder is not None else (upstream.provider if upstream is not None else None)
+        allowed = upstream.embedding_fields if upstream is not None else EMBEDDING_FIELDS
+        request, dropped = forwardable(request, allowed)
         answered = False
         async with recorded_call(
             self.recorder,
@@ -145,7 +148,7 @@ class OpenAIFrontDoor:
             op=Op.EMBED,
             front_door="openai",
             backend="local" if embedder is not None else (upstream.via if upstream is not None else "none"),
-            arguments=request,
+            arguments=recorded(request, dropped),
             fallback_context=lambda: build_context_safely(
                 principal, headers.get("user-agent"), context_layers(request, headers)
             ),
@@ -157,6 +160,8 @@ class OpenAIFrontDoor:
                 if problem is not None:
                     raise problem
                 _check_embedding_request(request, local=embedder is not None)
+                refuse_redirects(dropped)
+                check_types(request, allowed)
                 try:
                     call.context = build_context(
                         principal=principal,
