@@ -196,6 +196,10 @@ class MemtapSection(BaseModel):
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     routes: dict[str, RouteSettings] = Field(default_factory=dict)
     embeddings: dict[str, EmbedderSettings] = Field(default_factory=dict)
+    content_policy: dict[str, Literal["full", "hashed", "none"]] = Field(
+        default_factory=dict,
+        description="namespace glob: full, hashed or none (what the trace keeps of bodies; first match wins)",
+    )
 
     @field_validator("memory", mode="before")
     @classmethod

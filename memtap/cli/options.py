@@ -10,7 +10,15 @@ import click
 
 from memtap.errors import ConfigError
 
-__all__ = ["db_option", "json_option", "loop_options", "open_store", "parse_host_port", "serving_config"]
+__all__ = [
+    "content_policy_option",
+    "db_option",
+    "json_option",
+    "loop_options",
+    "open_store",
+    "parse_host_port",
+    "serving_config",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,6 +36,17 @@ def db_option(func: F) -> F:
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
         help="Trace database (default: $MEMTAP_DB or ~/.memtap/memtap.db).",
+    )(func)
+
+
+def content_policy_option(func: F) -> F:
+    return click.option(
+        "--content-policy",
+        "content_policy",
+        multiple=True,
+        metavar="PATTERN=POLICY",
+        help="What the trace keeps of bodies in namespaces matching PATTERN (glob): full, hashed or none "
+        "(repeatable; first match wins, before the config's memtap.content_policy; default full).",
     )(func)
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from memtap.cli.options import (
+    content_policy_option,
     db_option,
     json_option,
     loop_options,
@@ -146,6 +147,7 @@ class _ProxyGroup(click.Group):
 @click.option("--durable", is_flag=True, help="Commit each event before the caller gets its answer.")
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
+@content_policy_option
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
@@ -165,6 +167,7 @@ def proxy(
     durable: bool,
     api_keys: tuple[str, ...],
     principal: str,
+    content_policy: tuple[str, ...],
     console_spans: bool,
     verbose: bool,
 ) -> None:
@@ -179,6 +182,7 @@ def proxy(
 
     from memtap.proxy.runtime import Settings
     from memtap.proxy.serve import serve as run
+    from memtap.trace.privacy import parse_policy_rules
 
     # One process, one trace: the same file's model_list and memtap section serve the chat proxy.
     loaded, keys = serving_config(config, api_keys, verbose)
@@ -200,6 +204,7 @@ def proxy(
         upstream_eager=start == "eager",
         upstream_timeout=timeout,
         upstream_inherit_env=inherit,
+        content_policy=parse_policy_rules(content_policy),
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
     anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from memtap.cli.options import db_option, loop_options, parse_host_port, resolve_db, serving_config
+from memtap.cli.options import (
+    content_policy_option,
+    db_option,
+    loop_options,
+    parse_host_port,
+    resolve_db,
+    serving_config,
+)
 
 DEFAULT_HTTP = "127.0.0.1:8750"
 
@@ -47,6 +54,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     type=click.Path(dir_okay=False, path_type=Path),
     help="YAML/JSON config: LiteLLM's model_list (chat upstreams at /v1) and a memtap section.",
 )
+@content_policy_option
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 def serve(
@@ -59,6 +67,7 @@ def serve(
     gate: str,
     max_content_bytes: int,
     config_path: Path | None,
+    content_policy: tuple[str, ...],
     console_spans: bool,
     verbose: bool,
 ) -> None:
@@ -68,6 +77,7 @@ def serve(
     from memtap.proxy.policy import GateMode
     from memtap.proxy.runtime import Settings
     from memtap.proxy.serve import serve as run
+    from memtap.trace.privacy import parse_policy_rules
 
     config, keys = serving_config(config_path, api_keys, verbose)
     settings = Settings(
@@ -79,6 +89,7 @@ def serve(
         gate=GateMode(gate),
         max_content_bytes=max_content_bytes,
         console_spans=console_spans,
+        content_policy=parse_policy_rules(content_policy),
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
     anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())

@@ -14,6 +14,7 @@ from memtap.config import ConfigFile, McpServerConfig, parse_api_keys
 from memtap.errors import ConfigError
 from memtap.proxy.policy import GateMode
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
+from memtap.trace.privacy import ContentPolicy, PolicyName, TracePrivacy, secrets_of
 from memtap.trace.writer import Recorder
 
 if TYPE_CHECKING:
@@ -55,6 +56,15 @@ class Settings:
     upstream_eager: bool = True
     upstream_timeout: float | None = None
     upstream_inherit_env: bool = False
+    # --content-policy PATTERN=POLICY rules; they come before the config's memtap.content_policy.
+    content_policy: list[tuple[str, PolicyName]] = field(default_factory=list)
+
+    def privacy(self) -> TracePrivacy:
+        """The content policy (command-line rules first, then the config's) and every configured secret."""
+        rules = [*self.content_policy, *self.config.memtap.content_policy.items()]
+        return TracePrivacy(
+            ContentPolicy(rules), secrets_of(self.config, self.api_keys, self.upstreams.values())
+        )
 
     def check_bind(self, host: str) -> None:
         """A memory proxy is never opened to a network by accident."""
@@ -71,6 +81,7 @@ class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
+        self.recorder.privacy = settings.privacy()
         self.recorder.start()
         self.upstreams: UpstreamPool | None = None
         servers = dict(settings.upstreams)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memtap.adapters.base import BackendResult, MemoryBackend
-from memtap.errors import AccessDenied, ContentTooLarge, UnknownTool
+from memtap.errors import AccessDenied, ContentTooLarge, InvalidArguments, UnknownTool
 from memtap.proxy.context import build_context, build_context_safely
 from memtap.proxy.policy import GateMode, gate_retrieval, gate_stored
 from memtap.proxy.tools import (
@@ -100,6 +100,7 @@ class MemoryService:
             )
             if self.clock is not None:
                 call.context = context = self.clock.attribute(context)
+            self._check_secrets(args_in, context)
             self._check_content(args)
             call.query = args.query if isinstance(args, SearchArgs) else None
             call.start_backend()
@@ -136,6 +137,16 @@ class MemoryService:
         call.effects = [eff for eff in call.effects if eff.item_id not in withheld]
         kept = [m for m in call.value[listed_key] if m["id"] not in withheld]
         call.value = {**call.value, listed_key: kept, "withheld": len(withheld)}
+
+    def _check_secrets(self, arguments: Mapping[str, Any], context: Context) -> None:
+        """memtap stores none of its own secrets: a call carrying one (in its arguments or its
+        context, from headers or ``_meta``) is refused; the trace records it redacted."""
+        privacy = self.recorder.privacy
+        if privacy.secrets and privacy.contains_secret([arguments, context.model_dump(exclude_none=True)]):
+            raise InvalidArguments(
+                "the call carries one of memtap's configured secrets (an API key or an upstream "
+                "credential); memtap does not store its own secrets"
+            )
 
     def _check_content(self, args: ContextArgs) -> None:
         content = getattr(args, "content", None)

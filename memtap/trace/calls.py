@@ -149,10 +149,12 @@ async def recorded_call(
         total_ms = record.total_ms if record.total_ms is not None else (time.perf_counter() - t0) * 1000
         event.total_ms = round(total_ms, 4)
         event.overhead_ms = round(total_ms - (record.backend_ms or 0.0) - (record.memory_ms or 0.0), 4)
+        # The content policy and secret redaction, before the span or the trace sees the event.
+        query = recorder.privacy.apply(event, record.query)
         if op == Op.CHAT:
             finish_chat_span(span, event)
         else:
-            finish_memory_span(span, event, record.query)
+            finish_memory_span(span, event, query)
         try:
             await recorder.record(event)
         except StoreError as exc:  # durable mode: the commit failed, so the caller must not think it did

@@ -199,6 +199,8 @@ def finish_chat_span(span: Span, event: TraceEvent) -> None:
     if not span.is_recording():
         return
     span.set_attribute("memtap.event_id", event.id)
+    span.update_name(f"chat {event.model or event.tool}")  # the model as recorded (secrets redacted)
+    span.set_attribute("gen_ai.request.model", event.model or event.tool)
     span.set_attributes(_context_attributes(event.context))
     result = event.result if isinstance(event.result, dict) else {}
     attrs: dict[str, Any] = {}
