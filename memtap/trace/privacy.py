@@ -45,6 +45,7 @@ __all__ = [
     "TracePrivacy",
     "parse_policy_rules",
     "receipt",
+    "reduce_bodies",
     "secrets_of",
 ]
 
@@ -143,6 +144,21 @@ def _reduce(value: Any, keys: frozenset[str], policy: PolicyName) -> Any:
     return value
 
 
+def reduce_bodies(tool: str, arguments: Any, result: Any, policy: PolicyName) -> tuple[Any, Any]:
+    """A call's arguments and result with every body replaced by its receipt under ``policy``."""
+    if tool in _MEMORY_TOOLS:
+        keys = _MEMORY_BODY_KEYS
+    elif tool in _CHAT_TOOLS:
+        keys = _CHAT_BODY_KEYS
+    else:  # a wrapped server's tool: memtap cannot tell its bodies from its ids
+        if isinstance(arguments, dict):
+            arguments = {k: receipt(v, policy) for k, v in arguments.items()}
+        if result is not None and not (isinstance(result, dict) and set(result) == {"error"}):
+            result = receipt(result, policy)
+        return arguments, result
+    return _reduce(arguments, keys, policy), _reduce(result, keys, policy)
+
+
 def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
     if isinstance(value, str):
         return fn(value)
@@ -202,18 +218,7 @@ class TracePrivacy:
         return query
 
     def _reduce_event(self, event: TraceEvent, policy: PolicyName) -> None:
-        if event.tool in _MEMORY_TOOLS:
-            keys = _MEMORY_BODY_KEYS
-        elif event.tool in _CHAT_TOOLS:
-            keys = _CHAT_BODY_KEYS
-        else:  # a wrapped server's tool: memtap cannot tell its bodies from its ids
-            event.arguments = {k: receipt(v, policy) for k, v in event.arguments.items()}
-            if event.result is not None and not (isinstance(event.result, dict) and "error" in event.result):
-                event.result = receipt(event.result, policy)
-            keys = frozenset()
-        if keys:
-            event.arguments = _reduce(event.arguments, keys, policy)
-            event.result = _reduce(event.result, keys, policy)
+        event.arguments, event.result = reduce_bodies(event.tool, event.arguments, event.result, policy)
         for effect in event.effects:
             self._reduce_effect(effect, event, policy)
 
