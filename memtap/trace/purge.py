@@ -11,7 +11,8 @@ What is removed, in one write transaction:
   them (and, for a namespace, every call in it, with their parent and child calls) have
   their bodies reduced as the ``hashed`` content policy does, and every remaining
   occurrence of a purged text in their arguments, results and errors replaced by its
-  receipt; replay answers of the namespace's episodes (``run_probes``) likewise.
+  receipt; replay answers of the namespace's episodes (``run_probes``), alignment reasons of
+  the items and score files likewise.
 
 Then one receipt per item goes to ``purge_receipts``, the WAL is checkpointed and truncated,
 and the file is vacuumed with ``secure_delete`` on, so no freed page keeps a byte of it.
@@ -283,6 +284,25 @@ class _Purge:
                 )
                 self.count("run_probes", 1)
 
+    def scrub_scores(self, items: list[PurgedItem], texts: list[str]) -> None:
+        """Alignment reasons of the purged items and score files may quote their text."""
+        if "alignments" not in self.tables or not texts:
+            return
+        for item in items:
+            rows = self.conn.execute(
+                "SELECT rowid, reason FROM alignments WHERE item_id = ?", (item.item_id,)
+            ).fetchall()
+            for rowid, reason in rows:
+                new = _scrub_text(reason, texts)
+                if new != reason:
+                    self.conn.execute("UPDATE alignments SET reason = ? WHERE rowid = ?", (new, rowid))
+                    self.count("alignments", 1)
+        for rowid, text in self.conn.execute("SELECT rowid, json FROM scores").fetchall():
+            new = _scrub_text(text, texts)
+            if new != text:
+                self.conn.execute("UPDATE scores SET json = ? WHERE rowid = ?", (new, rowid))
+                self.count("scores", 1)
+
     def write_receipts(self, items: list[PurgedItem], by: str) -> None:
         at = utc_now().isoformat()
         for item in items:
@@ -394,6 +414,7 @@ def purge(
             job.stamp_items(items)
             job.scrub_events(events, namespace, texts)
             job.scrub_runs(namespace, texts)
+            job.scrub_scores(items, texts)
             job.write_receipts(items, by)
         except BaseException:
             conn.execute("ROLLBACK")
