@@ -142,7 +142,7 @@ class MemoryService:
         """memtap stores none of its own secrets: a call carrying one (in its arguments or its
         context, from headers or ``_meta``) is refused; the trace records it redacted."""
         privacy = self.recorder.privacy
-        if privacy.secrets and privacy.contains_secret([arguments, context.model_dump(exclude_none=True)]):
+        if privacy.secrets and privacy.contains_secret([arguments, context]):
             raise InvalidArguments(
                 "the call carries one of memtap's configured secrets (an API key or an upstream "
                 "credential); memtap does not store its own secrets"

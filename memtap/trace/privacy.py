@@ -31,9 +31,11 @@ import fnmatch
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, get_args
 
+from memtap.jsontext import json_text
 from memtap.trace.models import MemoryEffect, TraceEvent
 
 __all__ = [
@@ -159,6 +161,42 @@ def reduce_bodies(tool: str, arguments: Any, result: Any, policy: PolicyName) ->
     return _reduce(arguments, keys, policy), _reduce(result, keys, policy)
 
 
+def _escaped(text: str) -> str:
+    return json_text(text)[1:-1]
+
+
+def _trie_pattern(words: Iterable[str]) -> re.Pattern[str]:
+    """One regular expression matching any of ``words``, shaped as their prefix trie (so the
+    engine rejects a position after one character instead of trying each word), longest first."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def chain(char: str, node: dict[str, Any]) -> str:
+        """A run of single-child nodes as one literal (recursion only at branches: a long
+        secret, a PEM key say, does not nest one level per character)."""
+        run = [char]
+        while len(node) == 1 and "" not in node:
+            ((char, node),) = node.items()
+            run.append(char)
+        return re.escape("".join(run)) + render(node)
+
+    def render(node: dict[str, Any]) -> str:
+        end = "" in node
+        branches = [chain(char, child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        if end:
+            return f"(?:{body})?"
+        return body
+
+    return re.compile(render(trie))
+
+
 def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
     if isinstance(value, str):
         return fn(value)
@@ -178,30 +216,24 @@ class TracePrivacy:
         self.secrets = tuple(
             sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
         )
+        # Each secret as it is and as JSON escapes it, in one trie-shaped pattern: a search costs
+        # about the same for one secret or thousands.
+        spelled = {form for secret in self.secrets for form in (secret, _escaped(secret))}
+        self._pattern = _trie_pattern(spelled) if spelled else None
         self._active = bool(self.policy) or bool(self.secrets)
 
     def policy_for(self, namespace: str | None) -> PolicyName:
         return self.policy.for_namespace(namespace) if self._active else "full"
 
     def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        return self._pattern.sub(REDACTED, text) if self._pattern is not None else text
 
     def contains_secret(self, value: Any) -> bool:
-        """Whether any string inside ``value`` holds a configured secret."""
-        if not self.secrets:
+        """Whether any string inside ``value`` holds a configured secret (one JSON encoding in
+        pydantic-core and one search of the secrets' pattern)."""
+        if self._pattern is None:
             return False
-        found = False
-
-        def look(text: str) -> str:
-            nonlocal found
-            found = found or any(secret in text for secret in self.secrets)
-            return text
-
-        _map_strings(value, look)
-        return found
+        return self._pattern.search(json_text(value)) is not None
 
     def apply(self, event: TraceEvent, query: str | None = None) -> str | None:
         """Reduce ``event`` in place under its namespace's policy and redact secrets from it.
@@ -233,18 +265,10 @@ class TracePrivacy:
             effect.content_after = receipt(effect.content_after, policy)
 
     def _redact_event(self, event: TraceEvent) -> None:
-        if not self.contains_secret(
-            [
-                event.arguments,
-                event.result,
-                event.error,
-                event.gate,
-                event.model,
-                event.tool,
-                event.context.model_dump(exclude_none=True),
-                [[e.item_id, e.namespace, e.content_before, e.content_after] for e in event.effects],
-            ]
-        ):
+        effects = [(e.item_id, e.namespace, e.content_before, e.content_after) for e in event.effects]
+        # The parts as plain values: a fifth of the cost of encoding the whole model.
+        parts = [event.arguments, event.result, event.error, event.gate, event.model, event.tool]
+        if not self.contains_secret([*parts, list(event.context.__dict__.values()), effects]):
             return
         fn = self.redact
         event.arguments = _map_strings(event.arguments, fn)
