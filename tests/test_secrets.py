@@ -177,3 +177,28 @@ async def test_no_configured_secret_reaches_any_file_memtap_writes(served: Any, 
         assert chat.context.namespace == "[redacted]" and chat.context.run == "[redacted]"
         # auto mode tried to capture the message into memory: refused, as a write carrying a secret
         assert chat.result["memory"]["capture_errors"]
+
+
+def test_log_lines_and_tracebacks_are_redacted() -> None:
+    import io
+    import logging
+
+    from memtap.trace.privacy import RedactingFilter, TracePrivacy
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(RedactingFilter(TracePrivacy(secrets=SECRETS)))
+    logger = logging.getLogger("memtap.test-redaction")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("upstream said %s", f"bad key {UPSTREAM_KEY}")
+        try:
+            raise RuntimeError(f"refused {API_KEY}")
+        except RuntimeError:
+            logger.exception("call failed for %s", API_KEY)
+    finally:
+        logger.removeHandler(handler)
+    text = out.getvalue()
+    assert "upstream said bad key [redacted]" in text and "RuntimeError: refused [redacted]" in text
+    assert all(secret not in text for secret in SECRETS)
