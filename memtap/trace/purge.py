@@ -38,14 +38,11 @@ from memtap.ids import new_id
 from memtap.jsontext import json_text
 from memtap.trace.models import utc_now
 from memtap.trace.privacy import reduce_bodies
+from memtap.trace.scrub import RECEIPT_PREFIXES, metadata_texts, scrub_spill, scrub_text, stamp
 from memtap.trace.sqlite import busy_timeout_ms, describe_sqlite_error
 from memtap.trace.store import TraceStore
 
 __all__ = ["PurgeReport", "purge"]
-
-# Texts shorter than this are replaced only where they are a whole value, never inside other
-# text: replacing every "ok" in a trace would destroy it, and could not identify anyone.
-MIN_SUBSTRING = 8
 
 
 @dataclass
@@ -90,17 +87,6 @@ class PurgeReport:
             "tables": self.tables,
             "checkpoint": self.checkpoint,
         }
-
-
-def _stamp(text: str) -> str:
-    data = text.encode("utf-8", "surrogatepass")
-    return f"purged;sha256:{hashlib.sha256(data).hexdigest()};bytes={len(data)}"
-
-
-def _forms(text: str) -> list[str]:
-    """The ways a text is spelled in the file: as it is, and escaped inside JSON."""
-    forms = [text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text, ensure_ascii=True)[1:-1]]
-    return list(dict.fromkeys(forms))
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -153,12 +139,12 @@ class _Purge:
                 (item.item_id,),
             ):
                 texts.append(content)
-                texts += _metadata_texts(metadata)
+                texts += metadata_texts(metadata)
         for before, after in self.conn.execute(
             "SELECT content_before, content_after FROM effects WHERE backend = ? AND item_id = ?", key
         ):
             texts += [t for t in (before, after) if t]
-        return [t for t in dict.fromkeys(texts) if t and not t.startswith("purged;sha256:")]
+        return [t for t in dict.fromkeys(texts) if t and not t.startswith(RECEIPT_PREFIXES)]
 
     def related_events(self, namespace: str | None, items: list[PurgedItem]) -> list[str]:
         ids: set[str] = set()
@@ -226,9 +212,9 @@ class _Purge:
                     f"SELECT rowid, {column} FROM {table} WHERE backend = ? AND item_id = ?", key
                 ).fetchall()
                 for rowid, text in rows:
-                    if text and not text.startswith("purged;"):
+                    if text and not text.startswith(RECEIPT_PREFIXES):
                         self.conn.execute(
-                            f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (_stamp(text), rowid)
+                            f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (stamp(text), rowid)
                         )
                         self.count(table, 1)
             rows = self.conn.execute(
@@ -236,7 +222,7 @@ class _Purge:
                 key,
             ).fetchall()
             for rowid, before, after in rows:
-                new = [_stamp(t) if t and not t.startswith("purged;") else t for t in (before, after)]
+                new = [stamp(t) if t and not t.startswith(RECEIPT_PREFIXES) else t for t in (before, after)]
                 if new != [before, after]:
                     self.conn.execute(
                         "UPDATE effects SET content_before = ?, content_after = ? WHERE rowid = ?",
@@ -256,9 +242,9 @@ class _Purge:
                 if namespace is not None and ns == namespace:
                     args_v, result_v = reduce_bodies(tool, args_v, result_v, "hashed")
                 new = (
-                    _scrub_text(json_text(args_v), texts),
-                    None if result_v is None else _scrub_text(json_text(result_v), texts),
-                    None if error is None else _scrub_text(error, texts),
+                    scrub_text(json_text(args_v), texts),
+                    None if result_v is None else scrub_text(json_text(result_v), texts),
+                    None if error is None else scrub_text(error, texts),
                 )
                 if new != (arguments, result, error):
                     self.conn.execute(
@@ -277,7 +263,7 @@ class _Purge:
             (namespace,),
         ).fetchall()
         for rowid, answer, retrieved in rows:
-            new = (None if answer is None else _stamp(answer), _scrub_text(retrieved, texts))
+            new = (None if answer is None else stamp(answer), scrub_text(retrieved, texts))
             if new != (answer, retrieved):
                 self.conn.execute(
                     "UPDATE run_probes SET answer = ?, retrieved = ? WHERE rowid = ?", (*new, rowid)
@@ -293,12 +279,12 @@ class _Purge:
                 "SELECT rowid, reason FROM alignments WHERE item_id = ?", (item.item_id,)
             ).fetchall()
             for rowid, reason in rows:
-                new = _scrub_text(reason, texts)
+                new = scrub_text(reason, texts)
                 if new != reason:
                     self.conn.execute("UPDATE alignments SET reason = ? WHERE rowid = ?", (new, rowid))
                     self.count("alignments", 1)
         for rowid, text in self.conn.execute("SELECT rowid, json FROM scores").fetchall():
-            new = _scrub_text(text, texts)
+            new = scrub_text(text, texts)
             if new != text:
                 self.conn.execute("UPDATE scores SET json = ? WHERE rowid = ?", (new, rowid))
                 self.count("scores", 1)
@@ -313,41 +299,6 @@ class _Purge:
                  len(item.contents), json_text(item.receipt())),
             )  # fmt: skip
         self.count("purge_receipts", len(items))
-
-
-def _metadata_texts(metadata: str | None) -> list[str]:
-    """The string values of a memory's metadata (and the whole JSON text)."""
-    if not metadata or metadata == "{}":
-        return []
-    out = [metadata]
-    try:
-        value = json.loads(metadata)
-    except ValueError:
-        return out
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            out.append(v)
-        elif isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return out
-
-
-def _scrub_text(text: str, texts: list[str]) -> str:
-    """``text`` with every purged text in it (as it is, or JSON-escaped) replaced by its receipt;
-    short texts only where they are a whole JSON string."""
-    for purged in texts:
-        stamp = _stamp(purged)
-        for form in _forms(purged):
-            if len(purged) >= MIN_SUBSTRING:
-                if form in text:
-                    text = text.replace(form, stamp)
-            elif f'"{form}"' in text:
-                text = text.replace(f'"{form}"', f'"{stamp}"')
-    return text
 
 
 def _chunks(values: Sequence[str], size: int = 500) -> Iterable[list[str]]:
@@ -430,15 +381,5 @@ def purge(
         raise StoreError(describe_sqlite_error(db, exc)) from exc
     finally:
         conn.close()
-    _scrub_spill(db, sorted({t for item in report.items for t in item.contents}, key=len, reverse=True))
+    scrub_spill(db, sorted({t for item in report.items for t in item.contents}, key=len, reverse=True))
     return report
-
-
-def _scrub_spill(db: Path, texts: list[str]) -> None:
-    """The spill file beside the database (events that could not be written) holds them too."""
-    spill = db.with_name(db.name + ".unwritten.jsonl")
-    if texts and spill.exists():
-        original = spill.read_text(encoding="utf-8", errors="surrogateescape")
-        scrubbed = _scrub_text(original, texts)
-        if scrubbed != original:
-            spill.write_text(scrubbed, encoding="utf-8", errors="surrogateescape")
