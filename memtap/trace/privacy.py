@@ -27,6 +27,7 @@ header, ``_meta``, a tool argument or a chat field.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -323,6 +324,10 @@ def secrets_of(config: Any, api_keys: Mapping[str, str], servers: Iterable[Any] 
     from memtap.errors import ConfigError
 
     found = list(api_keys)
+    memtap_section = getattr(config, "memtap", None)
+    if memtap_section is not None:
+        with contextlib.suppress(ConfigError):  # an unset variable is reported where it is used
+            found += list(memtap_section.api_key_map())
     for entry in getattr(config, "model_list", []):
         try:
             key = resolve_secret(entry.litellm_params.api_key, "api_key")
