@@ -241,3 +241,39 @@ def test_content_policy_is_read_from_the_config_and_refused_when_unknown(tmp_pat
         parse_policy_rules(["a=secret"])
     with pytest.raises(ValueError, match="content_policy"):
         ConfigFile.model_validate({"memtap": {"content_policy": {"a": "maybe"}}})
+
+
+def test_purge_of_a_replayed_namespace_reaches_runs_and_the_spill_file(tmp_path: Path, db_path: Path) -> None:
+    """A trace-only backend (what a wrapped server reports), replay answers, and a spill file."""
+    from trace_builder import GYM_V0, GYM_V1, RunWriter
+
+    w = RunWriter(db_path, "r", tmp_path / "suite.jsonl")
+    w.start("upd", 3)
+    w.add("upd", "s0", "m1", GYM_V0)
+    w.update("upd", "s2", "m1", GYM_V1)
+    w.probe("upd", "p0", ["m1"], {"answer": "CrossFit Central, per the memory: " + GYM_V1})
+    w.finish("upd")
+    w.close()
+    namespace = w.ns("upd")
+    spill = db_path.with_name(db_path.name + ".unwritten.jsonl")
+    spill.write_text(json.dumps({"effects": [{"content_after": GYM_V1}], "namespace": namespace}) + "\n")
+
+    done = _purge(db_path, "--namespace", namespace, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(i["backend"], i["item_id"], i["versions"]) for i in report["items"]] == [("hand", "m1", 2)]
+    assert report["tables"]["run_probes"] == 1 and report["tables"]["item_versions"] == 2
+    conn = sqlite3.connect(db_path)
+    try:
+        texts = [
+            str(v)
+            for table in ("events", "effects", "items", "item_versions", "run_probes", "purge_receipts")
+            for row in conn.execute(f"SELECT * FROM {table}")
+            for v in row
+        ]
+        answer = conn.execute("SELECT answer FROM run_probes").fetchone()[0]
+    finally:
+        conn.close()
+    assert not any(GYM_V0 in t or GYM_V1 in t or "CrossFit" in t for t in texts)
+    assert answer.startswith("purged;sha256:")
+    assert GYM_V1 not in spill.read_text() and "purged;sha256:" in spill.read_text()
