@@ -28,6 +28,10 @@ database are counted to prove nothing was lost. Then N/5 ``memory_search`` event
 (``durable=True``, 32 asyncio tasks awaiting ``record()``; and one task, which is one
 commit per event). The target is at least 10,000 events/s sustained with zero loss.
 
+Part 3 measures authorisation (``auth_cost.py``): the grant check and the pinned-context
+merge with 1,000 principals configured, against the same work without grants, for the
+context resolver alone and for ``MemoryService.call_tool``; p50 per call and what it adds.
+
 Run: ``.venv/bin/python benchmarks/mcp_overhead.py`` (about 1-2 minutes on 2 cores) or
 ``--quick`` (a smoke run, well under 20 s). Only 127.0.0.1 is used; databases live in a
 temporary directory.
@@ -900,6 +904,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="memtap-bench-") as tmp:
         asyncio.run(latency_run(Path(tmp), rounds, per_round, seed_items))
         recorder_run(Path(tmp), n_events, n_durable, n_serial)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import auth_cost
+
+    n_auth = 2_000 if args.quick else 20_000
+    auth_cost.print_rows("Part 3: authorisation, the HTTP gate", auth_cost.gate_rows(n_auth))
+    auth_cost.print_rows("Part 3: authorisation, context resolver", auth_cost.resolve_rows(n_auth))
+    service = asyncio.run(auth_cost.service_rows(n_auth // 5))
+    auth_cost.print_rows("Part 3: authorisation, memory service", service)
     print(f"\ndone in {time.perf_counter() - started:.1f} s")
 
 

@@ -9,6 +9,12 @@ calls interleaved, so drift hits both alike) and 32 concurrent. Prints median an
 latency, what memtap adds to them, time to first token and what memtap adds to it, and
 requests per second at 32 concurrent.
 
+``memtap auto +grants`` is the same auto path on a second memtap whose config names 1,000
+principals (about 3,000 grant patterns), called with the key of an application principal
+that acts for the benchmark's users: what the grant check and the pinned-context merge add
+end to end (sequential rows only; against ``memtap auto`` in the same run). The same step is
+also timed in-process (``auth_cost.py``), where the machine's noise does not drown it.
+
     .venv/bin/python benchmarks/openai_overhead.py [--sequential 400] [--concurrent 1600]
 
 Everything runs on this machine (loopback only); the client is aiohttp in this process.
@@ -83,9 +89,28 @@ def auto_body(i: int, stream: bool) -> bytes:
     return body_for("fake-auto", stream, text, user=f"user-{i % NAMESPACES}")
 
 
-def start_processes(workdir: Path, procs: list[subprocess.Popen[bytes]]) -> tuple[str, str]:
+AUTH_HEADERS: dict[str, dict[str, str]] = {}  # URL prefix -> headers its calls carry
+APP_KEY = "k-bench-app"
+
+
+def grants_config() -> dict[str, Any]:
+    """1,000 principals with three patterns each, and ``app`` acting for the benchmark's users."""
+    principals: dict[str, Any] = {
+        f"p{i}": {
+            "keys": [f"k-bench-{i}"],
+            "grants": {"{principal}": ["read", "write", "delete"], f"team-{i % 50}/*": ["read"],
+                       f"proj-{i}/docs/*": ["read", "write"]},
+            "act_for": [f"users-{i}/*"],
+        }
+        for i in range(1_000)
+    }  # fmt: skip
+    principals["app"] = {"keys": [APP_KEY], "grants": {"user-*": ["read", "write"]}, "act_for": ["user-*"]}
+    return principals
+
+
+def start_processes(workdir: Path, procs: list[subprocess.Popen[bytes]]) -> tuple[str, str, str]:
     """Start the upstream and memtap (appended to ``procs`` as they start, for the caller to stop)."""
-    up_port, memtap_port = free_port(), free_port()
+    up_port, memtap_port, grants_port = free_port(), free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), str(up_port)])
     procs.append(upstream)
     wait_for(f"http://127.0.0.1:{up_port}/healthz", upstream)
@@ -111,13 +136,30 @@ def start_processes(workdir: Path, procs: list[subprocess.Popen[bytes]]) -> tupl
     )  # fmt: skip
     procs.append(memtap)
     wait_for(f"http://127.0.0.1:{memtap_port}/healthz", memtap)
-    return base, f"http://127.0.0.1:{memtap_port}/v1"
+    # The same, with 1,000 principals configured (observe, as the first, so only the grants differ).
+    config["memtap"] = {**config["memtap"], "gate": "observe", "principals": grants_config()}
+    granted_path = workdir / "memtap-grants.yaml"
+    granted_path.write_text(json.dumps(config))
+    granted = subprocess.Popen(
+        [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{grants_port}",
+         "--db", str(workdir / "grants.db"), "--config", str(granted_path)],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    procs.append(granted)
+    wait_for(f"http://127.0.0.1:{grants_port}/healthz", granted)
+    granted_url = f"http://127.0.0.1:{grants_port}/v1"
+    AUTH_HEADERS[granted_url] = {"Authorization": f"Bearer {APP_KEY}"}
+    return base, f"http://127.0.0.1:{memtap_port}/v1", granted_url
 
 
 async def call(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> tuple[float, float]:
     """(total seconds, seconds to the first content token)."""
+    headers = {"Content-Type": "application/json"}
+    for prefix, extra in AUTH_HEADERS.items():
+        if url.startswith(prefix):
+            headers.update(extra)
     t0 = time.perf_counter()
-    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+    async with session.post(url, data=body, headers=headers) as response:
         if response.status != 200:
             raise SystemExit(f"{url} answered {response.status}: {await response.text()}")
         if not stream:
@@ -184,10 +226,12 @@ def fixed(model: str, stream: bool) -> Body:
 async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         await seed_memories(Path(tmp) / "bench.db")
+        await seed_memories(Path(tmp) / "grants.db")
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            direct, memtap = start_processes(Path(tmp), procs)
+            direct, memtap, granted = start_processes(Path(tmp), procs)
             chat = f"{memtap}/chat/completions"
+            granted_chat = f"{granted}/chat/completions"
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector) as session:
                 # Warm up every path (litellm imports on first use).
@@ -195,6 +239,7 @@ async def run(args: argparse.Namespace) -> None:
                     for i in range(20):
                         await call(session, f"{direct}/chat/completions", body_for("fake-1", stream), stream)
                         await call(session, chat, auto_body(20_000 + i, stream), stream)
+                        await call(session, granted_chat, auto_body(20_000 + i, stream), stream)
                         for model in ("fake-1", "fake-litellm"):
                             await call(session, chat, body_for(model, stream), stream)
                 rows = []
@@ -204,6 +249,7 @@ async def run(args: argparse.Namespace) -> None:
                         "direct": (f"{direct}/chat/completions", fixed("fake-1", stream)),
                         "memtap off": (chat, fixed("fake-1", stream)),
                         "memtap auto": (chat, lambda i, s=stream: auto_body(i, s)),
+                        "memtap auto +grants": (granted_chat, lambda i, s=stream: auto_body(i, s)),
                     }
                     seq = await sequential(session, targets, args.sequential, stream)
                     litellm_target = (chat, fixed("fake-litellm", stream))
@@ -218,6 +264,16 @@ async def run(args: argparse.Namespace) -> None:
                     results = {**seq, "via litellm": seq_litellm["via litellm"]}
                     for name, samples in results.items():
                         url, body = targets.get(name, litellm_target)
+                        if name == "memtap auto +grants":  # sequential only: compared with memtap auto
+                            totals = [t for t, _ in samples]
+                            auto = [t for t, _ in seq["memtap auto"]]
+                            rows.append({
+                                "path": name, "kind": kind, "p50": pct(totals, 0.5), "p99": pct(totals, 0.99),
+                                "add50": pct(totals, 0.5) - pct(auto, 0.5),
+                                "add99": pct(totals, 0.99) - pct(auto, 0.99),
+                                "ttft": None, "addttft": None, "rps": 0.0, "c50": None, "c99": None,
+                            })  # fmt: skip
+                            continue
                         total = args.concurrent if name != "via litellm" else args.concurrent // 4
                         rps, conc = await concurrent(session, url, body, total, stream)
                         totals = [t for t, _ in samples]
@@ -237,6 +293,12 @@ async def run(args: argparse.Namespace) -> None:
             for proc in procs:
                 proc.wait(timeout=30)
     print_table(rows, args)
+    print("(memtap auto +grants: + columns against memtap auto, not direct; no concurrent run)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import auth_cost
+
+    auth_cost.print_rows("authorisation, the HTTP gate, in-process", auth_cost.gate_rows())
+    auth_cost.print_rows("authorisation, chat front door step, in-process", auth_cost.chat_rows())
 
 
 def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
@@ -260,7 +322,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     ]
     table = [header] + [
         [r["path"], r["kind"], f(r["p50"]), f(r["p99"]), f(r["add50"]), f(r["add99"]), f(r["ttft"]),
-         f(r["addttft"]), f"{r['rps']:.0f}", f(r["c50"]), f(r["c99"])]
+         f(r["addttft"]), f"{r['rps']:.0f}" if r["rps"] else "", f(r["c50"]), f(r["c99"])]
         for r in rows
     ]  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from memtap.auth import Caller, Grant, Policy, PrincipalPolicy, Right
 from memtap.errors import (
     AccessDenied,
+    AuthError,
     BackendError,
     ConfigError,
     ContentTooLarge,
+    Forbidden,
     InvalidArguments,
     ItemNotFound,
     MemtapError,
+    PinnedContextViolation,
     ProxyError,
     SchemaTooNew,
     StoreError,
@@ -42,11 +46,15 @@ from memtap.trace.writer import Recorder
 __all__ = [
     "AccessDenied",
     "AccessTags",
+    "AuthError",
     "BackendError",
+    "Caller",
     "ConfigError",
     "ContentTooLarge",
     "Context",
     "EffectKind",
+    "Forbidden",
+    "Grant",
     "InvalidArguments",
     "ItemNotFound",
     "ItemVersion",
@@ -54,9 +62,13 @@ __all__ = [
     "MemoryItem",
     "MemtapError",
     "Op",
+    "PinnedContextViolation",
+    "Policy",
+    "PrincipalPolicy",
     "Provenance",
     "ProxyError",
     "Recorder",
+    "Right",
     "Role",
     "SchemaTooNew",
     "StoreError",

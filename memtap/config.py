@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from memtap.auth.grants import DEFAULT_GRANTS, Grant, PrincipalPolicy, parse_rights
 from memtap.config_servers import (
     HttpServerConfig,
     McpServerConfig,
@@ -40,6 +41,7 @@ __all__ = [
     "MemoryMode",
     "MemtapSection",
     "ModelEntry",
+    "PrincipalEntry",
     "RouteSettings",
     "StdioServerConfig",
     "ToolKindName",
@@ -168,6 +170,44 @@ class ApiKeyEntry(BaseModel):
     principal: str = Field(..., min_length=1)
 
 
+class PrincipalEntry(BaseModel):
+    """One principal (``memtap.principals.NAME``): its keys, grants, delegation and upstreams."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keys: list[str] = Field(default_factory=list, description="bearer keys, each a key or os.environ/NAME")
+    grants: dict[str, list[str]] | None = Field(
+        default=None,
+        description="namespace pattern -> rights (read, write, delete, admin); default: its own namespace",
+    )
+    act_for: list[str] = Field(default_factory=list, description="requester patterns it may act for")
+    upstreams: list[str] = Field(default_factory=lambda: ["*"], description="upstream names it may call")
+    namespace: str | None = Field(default=None, min_length=1, description="pin its calls to this namespace")
+
+    @field_validator("grants")
+    @classmethod
+    def _known_rights(cls, value: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        for pattern, rights in (value or {}).items():
+            if isinstance(rights, str):
+                raise ValueError(f"grant {pattern!r}: rights are a list, e.g. [read, write]")
+            try:
+                parse_rights(rights, f"grant {pattern!r}")
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    def policy(self, name: str) -> PrincipalPolicy:
+        grants = (
+            DEFAULT_GRANTS
+            if self.grants is None
+            else tuple(
+                Grant(pattern, parse_rights(rights, f"memtap.principals.{name}.grants.{pattern}"))
+                for pattern, rights in self.grants.items()
+            )
+        )
+        return PrincipalPolicy(name, grants, tuple(self.act_for), tuple(self.upstreams))
+
+
 def _mode_from_yaml(value: object) -> object:
     """YAML 1.1 reads a bare ``off`` as false (and ``on`` as true)."""
     if value is False:
@@ -200,6 +240,21 @@ class MemtapSection(BaseModel):
         default_factory=dict,
         description="namespace glob: full, hashed or none (what the trace keeps of bodies; first match wins)",
     )
+    gate: Literal["observe", "enforce"] | None = Field(
+        default=None, description="default: enforce when keys or principals are configured, else observe"
+    )
+    principals: dict[str, PrincipalEntry] = Field(default_factory=dict)
+    context_args: bool = Field(default=False, description="context fields in model-facing tool schemas")
+
+    @field_validator("principals")
+    @classmethod
+    def _grant_patterns(cls, value: dict[str, PrincipalEntry]) -> dict[str, PrincipalEntry]:
+        for name, entry in value.items():
+            try:
+                entry.policy(name)
+            except ConfigError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return value
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -219,7 +274,19 @@ class MemtapSection(BaseModel):
                 key = resolve_secret(entry.key, f"memtap.api_keys[{index}].key")
                 assert key is not None  # the model requires a non-empty key
                 keys[key] = entry.principal
+        for name, principal in self.principals.items():
+            for index, raw in enumerate(principal.keys):
+                key = resolve_secret(raw, f"memtap.principals.{name}.keys[{index}]")
+                if key:
+                    keys[key] = name
         return keys
+
+    def principal_policies(self) -> list[PrincipalPolicy]:
+        return [entry.policy(name) for name, entry in self.principals.items()]
+
+    def pinned_fields(self) -> dict[str, dict[str, str]]:
+        """Context fields the operator pinned, by principal (a principal's ``namespace``)."""
+        return {name: {"namespace": e.namespace} for name, e in self.principals.items() if e.namespace}
 
 
 class ConfigFile(BaseModel):

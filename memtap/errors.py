@@ -10,12 +10,15 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDenied",
+    "AuthError",
     "BackendError",
     "ConfigError",
     "ContentTooLarge",
+    "Forbidden",
     "InvalidArguments",
     "ItemNotFound",
     "MemtapError",
+    "PinnedContextViolation",
     "ProxyError",
     "SchemaTooNew",
     "StoreError",
@@ -76,7 +79,28 @@ class ProxyError(MemtapError):
 
 
 class AccessDenied(ProxyError):
-    """The access gate (enforce mode) refused to disclose a memory to the requester."""
+    """A call was refused for who is asking: the access gate (enforce mode) would not disclose a
+    memory to the requester, or the caller's grants do not cover what it asked for."""
+
+    status = 403
+
+
+class Forbidden(AccessDenied):
+    """The caller's grants do not allow the right it needs on a namespace (or an upstream, or a
+    requester it says it acts for). The message says who, which right, which namespace and why."""
+
+
+class PinnedContextViolation(AccessDenied):
+    """A tool argument contradicts a context value the operator or the connection fixed (the
+    key's namespace, an ``X-Memtap-*`` header, the request's ``_meta``): an attempted escape."""
+
+
+class AuthError(ProxyError):
+    """Credentials were offered and are not good: answered with ``status`` (401 or 403)."""
+
+    def __init__(self, message: str, *, status: int = 401) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class UnknownTool(ProxyError):

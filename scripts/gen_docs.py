@@ -245,7 +245,8 @@ def _served_tools() -> dict[str, dict[str, Any]]:
     from memtap.proxy.mcp_server import _tool_list
 
     return {
-        tool.name: tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in _tool_list()
+        tool.name: tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for tool in _tool_list(context_args=False)
     }
 
 
@@ -307,14 +308,18 @@ def render_tools() -> str:
         "## Context",
         "",
         "Each call's context says who is calling, on whose memory, and where in a run it happens. "
-        "It is merged from these sources, strongest first: the tool's arguments, the request's "
-        '`_meta` (an object under the key `"memtap"`), HTTP headers, then defaults. The namespace '
-        "defaults to the principal. The principal itself is never taken from these: it comes from "
-        "the API key (`Authorization: Bearer KEY`) when keys are configured; without keys (loopback "
-        "only) from the `X-Memtap-Principal` header or `memtap serve --principal`; over stdio always "
-        "from `--principal`.",
+        "The connection sets it: HTTP headers, then the request's `_meta` (an object under the key "
+        '`"memtap"`), over the defaults (the namespace defaults to the principal). Tool arguments are '
+        "the weakest source: they may fill a field the connection left empty, never change one it "
+        "set (a contradiction is refused and recorded). The context arguments are not in the schemas "
+        "below unless the server runs with `--context-args` (or `context_args: true`); calls that "
+        "send them anyway are served by the same rules, except that a caller with a key may not "
+        "choose another namespace by argument then. The principal itself is never taken from these: "
+        "it comes from the API key (`Authorization: Bearer KEY`) when keys are configured; without "
+        "keys (loopback only) from the `X-Memtap-Principal` header or `memtap serve --principal`; "
+        "over stdio always from `--principal`. See [authorization.md](authorization.md).",
         "",
-        "| field | HTTP header | `_meta.memtap` key | tool argument |",
+        "| field | HTTP header | `_meta.memtap` key | tool argument (`--context-args`) |",
         "| --- | --- | --- | --- |",
     ]
     header_of = {field: header for header, field in HEADERS.items()}
@@ -330,8 +335,10 @@ def render_tools() -> str:
         "## Access tags",
         "",
         "`memory_add` and `memory_update` take an `access` object: who may later be told the memory. "
-        "Its owner is the namespace. Without it a memory is private to its namespace. On retrieval the "
-        "gate checks each returned item's tags against the requester (`requester`, else the principal): "
+        "Its owner is the namespace. Without it a memory is private to its namespace. An object "
+        "argument sent as JSON text (as the MCP Inspector sends it) is accepted. On retrieval the gate "
+        "checks each returned item's tags against the requester (`requester`; without one, the "
+        "namespace when the caller may act for it, else the principal): "
         "`memtap serve --gate observe` records would-be denials on the event, `--gate enforce` also "
         "withholds those items.",
         "",
@@ -350,7 +357,7 @@ def render_tools() -> str:
             "",
             f"Recorded as lifecycle op `{spec.op.value}`. Annotations: {shown}.",
             "",
-            "Arguments (besides the context fields above, which every tool accepts):",
+            "Arguments (besides the context fields above):",
             "",
             *_argument_table(served[name]["inputSchema"], CONTEXT_FIELDS),
             "",

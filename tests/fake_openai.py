@@ -16,7 +16,9 @@ And by the model asked for (non-streaming):
 - ``paraphrase-keep``: the message after ``Message: `` prefixed with ``In other words, ``;
 - ``paraphrase-lose``: ``Something was said.`` (every value lost);
 - ``reader-json``: a JSON answer whose ``answer`` is memory ``[1]``'s text in the prompt (null
-  when there is none).
+  when there is none);
+- ``answer-check``: a LongMemEval-style judge's "Yes." or "No." (the correct answer inside the
+  model response; for an unanswerable question, a response saying it is not known).
 
 Used by the tests (in a thread) and by ``benchmarks/openai_overhead.py`` (as a process).
 """
@@ -89,10 +91,26 @@ def _first_memory(text: str) -> str:
     return json.dumps({"answer": found.group(1) if found else None})
 
 
+def _answer_check(text: str) -> str:
+    """A LongMemEval-style judge: "Yes." when the model response holds the correct answer (or, for
+    an unanswerable question, says it is not known), else "No."."""
+    found = re.search(r"(Correct Answer|Rubric|Explanation): (.*?)\n\nModel Response: (.*?)\n\n", text, re.S)
+    if found is None:
+        return "No."
+    kind, answer, response = found.group(1), found.group(2).lower(), found.group(3).lower()
+    ok = (
+        "not mentioned" in response or "don't know" in response
+        if kind == "Explanation"
+        else answer in response
+    )
+    return "Yes." if ok else "No."
+
+
 STEERED = {
     "paraphrase-keep": lambda text: "In other words, " + text.split("Message: ", 1)[-1],
     "paraphrase-lose": lambda text: "Something was said.",
     "reader-json": _first_memory,
+    "answer-check": _answer_check,
 }
 
 

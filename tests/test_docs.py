@@ -301,7 +301,7 @@ def test_readme_mcp_client_config_starts_a_real_memtap_command() -> None:
 
 
 def test_readme_tool_call_example_is_a_valid_call() -> None:
-    from memtap.proxy.context import build_context, fields_from_meta
+    from memtap.auth import Caller, fields_from_meta, resolve_context
     from memtap.proxy.tools import TOOLS, parse_arguments
 
     calls = [b for b in _json_blocks() if isinstance(b, dict) and b.get("method") == "tools/call"]
@@ -313,16 +313,16 @@ def test_readme_tool_call_example_is_a_valid_call() -> None:
         meta = params["_meta"]
         fields = fields_from_meta(meta)
         assert set(fields) == set(meta["memtap"]), "README _meta uses keys memtap ignores"
-        build_context(principal="p", layers=(fields,))
+        resolve_context(Caller("p"), layers=(fields,))
 
 
 def test_readme_names_exactly_the_context_headers_memtap_reads() -> None:
-    from memtap.proxy.app import PrincipalGate
-    from memtap.proxy.context import HEADERS
+    from memtap.auth import LocalAuthenticator
+    from memtap.auth.resolve import HEADERS
 
-    # X-Memtap-Principal is read by the HTTP gate, not the context builder: check it is honoured.
-    gate = PrincipalGate(app=None, keys={}, default_principal="local")  # type: ignore[arg-type]
-    assert gate.principal({"headers": [(b"x-memtap-principal", b"bob")]}) == "bob"
+    # X-Memtap-Principal is read by the keyless gate, not the context resolver: check it is honoured.
+    caller = LocalAuthenticator("local").authenticate({"x-memtap-principal": "bob"})
+    assert caller is not None and caller.principal == "bob"
     read = {*HEADERS, "x-memtap-principal"}
     text = README.read_text(encoding="utf-8")
     named = {h.lower() for h in re.findall(r"X-Memtap-[A-Za-z-]*[A-Za-z]", text, re.I)}

@@ -41,24 +41,36 @@ class _Rewrite(httpx2.AsyncBaseTransport):
 
 async def test_http_calls_are_recorded_with_context_from_headers(start_http_server: StartServer) -> None:
     server = start_http_server()
-    headers = {"X-Memtap-Namespace": "user-7", "X-Memtap-Session": "hdr-session", "X-Memtap-Run": "hdr-run"}
+    headers = {"X-Memtap-Namespace": "user-7", "X-Memtap-Agent": "hdr-agent", "X-Memtap-Run": "hdr-run"}
     async with http_client(server.url, headers) as client:
         ids = await run_memory_script(client)
+        escape = await client.call_tool("memory_search", {"query": "gym", "namespace": "user-8"})
+    assert escape.is_error
     assert server.stop() == 0
     store = TraceStore(server.db)
     events = store.list_events()
     items = store.list_items(include_closed=True)
     store.close()
-    assert [e.op for e in events] == [Op.WRITE, Op.WRITE, Op.UPDATE, Op.DELETE, Op.RETRIEVE, Op.READ]
+    assert [e.op for e in events] == [
+        Op.WRITE,
+        Op.WRITE,
+        Op.UPDATE,
+        Op.DELETE,
+        Op.RETRIEVE,
+        Op.READ,
+        Op.RETRIEVE,
+    ]
     add = events[0]
     assert add.front_door == "mcp-http"
-    # _meta wins over headers; arguments win over _meta; headers fill what neither gives.
+    # _meta wins over headers; arguments fill what neither gives, and may not contradict them.
     assert (add.context.namespace, add.context.run, add.context.session, add.context.turn) == (
         "user-7", "r1", "s0", "s0-t0",
     )  # fmt: skip
     assert add.context.role == Role.USER
     assert add.effects[0].namespace == "user-7"
-    assert events[-1].context.session == "hdr-session"
+    assert events[-2].context.agent_id == "hdr-agent"
+    assert events[-1].status == "error" and events[-1].context.namespace == "user-8"
+    assert events[-1].error is not None and "contradicts namespace='user-7'" in events[-1].error
     assert events[2].effects[0].kind == EffectKind.UPDATE
     by_id = {item.item_id: item for item in items}
     assert (

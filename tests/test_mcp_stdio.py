@@ -33,12 +33,32 @@ async def test_stdio_lists_memory_tools_with_schemas_and_annotations(db_path: Pa
     }  # fmt: skip
     add = tools["memory_add"]
     assert add.input_schema["required"] == ["content"]
-    assert {"namespace", "session", "turn", "role", "requester", "run", "access"} <= set(
-        add.input_schema["properties"]
-    )
+    # The context fields come from the connection: off the model-facing schemas by default.
+    assert set(add.input_schema["properties"]) == {"content", "metadata", "access"}
     assert add.annotations is not None and add.annotations.read_only_hint is False
     assert tools["memory_search"].annotations.read_only_hint is True  # type: ignore[union-attr]
     assert tools["memory_delete"].annotations.destructive_hint is True  # type: ignore[union-attr]
+
+
+async def test_context_args_put_the_context_fields_back_into_the_schemas(db_path: Path) -> None:
+    async with Client(_params(db_path, "--context-args")) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert {"namespace", "session", "turn", "role", "requester", "run", "episode", "access"} <= set(
+        tools["memory_add"].input_schema["properties"]
+    )
+
+
+async def test_access_sent_as_json_text_is_accepted(db_path: Path) -> None:
+    async with Client(_params(db_path)) as client:
+        added = await client.call_tool(
+            "memory_add", {"content": "shared fact", "access": '{"visibility": "public"}'}
+        )
+    assert not added.is_error, added.content
+    store = TraceStore(db_path)
+    (event,) = store.list_events()
+    store.close()
+    assert event.effects[0].tags_after is not None
+    assert event.effects[0].tags_after.visibility.value == "public"
 
 
 async def test_stdio_calls_are_recorded_field_by_field(db_path: Path) -> None:

@@ -236,3 +236,15 @@ def test_auto_mode_over_a_wrapped_reference_memory_server(
     [search] = [e for e in events if e.parent_id == chat2.id and e.op == Op.RETRIEVE]
     assert [eff.item_id for eff in search.effects] == [effect.item_id]
     assert chat2.result["memory"]["injected"] == [effect.item_id]
+
+
+def test_captured_roles_hold_against_a_role_header(serve_memtap: Serve, upstream: Any) -> None:
+    memtap = serve_memtap({"memory": "auto", "capture": ["user", "assistant"]})
+    client = openai.OpenAI(api_key="x", base_url=memtap.base_url, default_headers={"X-Memtap-Role": "user"})
+    reply = client.chat.completions.create(
+        model="gpt-fake", messages=[{"role": "user", "content": "I like jazz [chunks 1]"}], user="alice"
+    )
+    assert reply.choices[0].message.content == "chunk-0 "
+    events = memtap.events(lambda events: sum(e.op == Op.WRITE for e in events) == 2)
+    writes = [e for e in events if e.op == Op.WRITE]
+    assert [(w.status, w.context.role) for w in writes] == [("ok", Role.USER), ("ok", Role.ASSISTANT)]

@@ -64,11 +64,20 @@ async def test_the_clock_needs_the_api_key_when_keys_are_configured(start_http_s
     server = start_http_server("--api-key", "sekret=alice")
     mark_url = f"http://127.0.0.1:{server.port}/v1/memtap/replay/mark"
     async with httpx2.AsyncClient() as http:
-        assert (await http.post(mark_url, json={"namespace": "n", "turn": "t"})).status_code == 401
+        assert (await http.post(mark_url, json={"namespace": "alice", "turn": "t"})).status_code == 401
         ok = await http.post(
-            mark_url, json={"namespace": "n", "turn": "t"}, headers={"Authorization": "Bearer sekret"}
+            mark_url, json={"namespace": "alice", "turn": "t"}, headers={"Authorization": "Bearer sekret"}
         )
         assert ok.status_code == 200
+        # A key with no grants may mark only its own namespace.
+        other = await http.post(
+            mark_url, json={"namespace": "n", "turn": "t"}, headers={"Authorization": "Bearer sekret"}
+        )
+        assert other.status_code == 403
+        assert other.json()["error"]["message"] == (
+            "principal 'alice' may not write namespace 'n': "
+            "it has no grants configured, so it may use only the namespace named like it"
+        )
 
 
 def _probe(kind: str, question: str) -> Probe:

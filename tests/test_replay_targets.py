@@ -168,7 +168,7 @@ def test_llm_reader_answers_in_the_probe_shape_from_the_retrieved_memories(
             "SELECT content_after FROM effects WHERE item_id = ? AND kind = 'add'",
             json.loads(retrieved)[0],
         )
-        assert json.loads(answer) == {"answer": top[0]}
+        assert json.loads(answer) == {"answer": top[0], "raw_reply": json.dumps({"answer": top[0]})}
 
 
 def test_llm_reader_without_a_config_is_refused_before_anything_is_replayed(tmp_path: Path) -> None:

@@ -97,10 +97,13 @@ def _smuggle_over_chat(port: int) -> None:
         reply = client.chat.completions.create(
             model=model,
             messages=[{"role": "user", "content": f"remember {UPSTREAM_KEY} and {API_KEY} [chunks 2]"}],
-            user=API_KEY,
             extra_headers={"X-Memtap-Run": UPSTREAM_KEY, "X-Memtap-Session": API_KEY},
         )
         assert reply.choices[0].message.content == "chunk-0 chunk-1 "
+        with pytest.raises(openai.PermissionDeniedError):  # `user` names a namespace alice may not use
+            client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], user=API_KEY
+            )
         for body in (
             {"api_key": UPSTREAM_KEY},
             {"base_url": API_KEY},
@@ -141,10 +144,13 @@ def _wait_for_events(db: Path, *, chats: int, embeds: int, timeout: float = 20.0
 async def test_no_configured_secret_reaches_any_file_memtap_writes(served: Any, tmp_path: Path) -> None:
     port, db, log, proc = served
     errors = await _smuggle_over_mcp(port)
-    assert all("configured secrets" in e or "unknown tool" in e for e in errors), errors
+    # Refused as carrying a secret, as an unknown tool, or (a namespace named like a key) by the
+    # grants, which allow alice her own namespace only.
+    reasons = ("configured secrets", "unknown tool", "may not write namespace")
+    assert all(any(r in e for r in reasons) for e in errors), errors
     _smuggle_over_chat(port)
     # While it still serves: the file, its WAL and shared memory, once the last calls are recorded.
-    _wait_for_events(db, chats=9, embeds=1)
+    _wait_for_events(db, chats=11, embeds=1)
     live = {p.name: p.read_bytes() for p in db.parent.glob(db.name + "*")}
     assert "trace.db-wal" in live
     for name, data in live.items():
@@ -174,9 +180,10 @@ async def test_no_configured_secret_reaches_any_file_memtap_writes(served: Any, 
     assert len(chats) == 2
     for chat in chats:
         assert chat.arguments["messages"][0]["content"] == "remember [redacted] and [redacted] [chunks 2]"
-        assert chat.context.namespace == "[redacted]" and chat.context.run == "[redacted]"
+        assert chat.context.namespace == "alice" and chat.context.run == "[redacted]"
+        assert chat.context.session == "[redacted]"
         # auto mode tried to capture the message into memory: refused, as a write carrying a secret
-        assert chat.result["memory"]["capture_errors"]
+        assert "configured secrets" in chat.result["memory"]["capture_errors"][0]
 
 
 def test_log_lines_and_tracebacks_are_redacted() -> None:

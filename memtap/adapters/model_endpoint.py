@@ -39,11 +39,15 @@ class Endpoint:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise BackendError(f"model {self.model} at {self.base_url}{path}: {exc}") from None
 
-    def chat(self, prompt: str) -> str:
-        data = self._post(
-            "/chat/completions",
-            {"model": self.model, "temperature": 0, "messages": [{"role": "user", "content": prompt}]},
-        )
+    def chat(self, prompt: str, *, max_tokens: int | None = None) -> str:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": prompt}],
+        }
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        data = self._post("/chat/completions", body)
         try:
             return str(data["choices"][0]["message"]["content"] or "")
         except (KeyError, IndexError, TypeError):

@@ -112,3 +112,76 @@ def parse_host_port(value: str) -> tuple[str, int]:
     if not 0 <= number <= 65535:
         raise ConfigError(f"--http port {number} is out of range 0-65535")
     return host, number
+
+
+def auth_options(f: Any) -> Any:
+    """``--grant``, ``--act-for`` and ``--context-args``, shared by ``serve`` and ``proxy``."""
+    f = click.option(
+        "--context-args",
+        is_flag=True,
+        default=None,
+        help="Offer the context fields (namespace, session, ...) in the tools' schemas, for clients "
+        "with no other channel (also memtap.context_args).",
+    )(f)
+    f = click.option(
+        "--act-for",
+        "act_for",
+        multiple=True,
+        metavar="PRINCIPAL=PATTERN",
+        help="Let PRINCIPAL act for requesters matching PATTERN (repeatable).",
+    )(f)
+    f = click.option(
+        "--grant",
+        "grants",
+        multiple=True,
+        metavar="PRINCIPAL=PATTERN:RIGHTS",
+        help="Give PRINCIPAL RIGHTS (read,write,delete,admin) on namespaces matching PATTERN "
+        "(repeatable; added to its own namespace's read,write,delete unless the config lists its grants).",
+    )(f)
+    return f
+
+
+def auth_settings(
+    config: Any,
+    keys: dict[str, str],
+    *,
+    grants: tuple[str, ...] = (),
+    act_for: tuple[str, ...] = (),
+    context_args: bool | None = None,
+    gate: str | None = None,
+) -> dict[str, Any]:
+    """The authorisation part of :class:`~memtap.proxy.runtime.Settings` from the config's
+    ``memtap`` section and the command line (which adds to it)."""
+    from dataclasses import replace
+
+    from memtap.auth import Grant, Policy, PrincipalPolicy, parse_rights
+    from memtap.proxy.policy import GateMode
+
+    section = config.memtap
+    policies = {p.name: p for p in section.principal_policies()}
+    for raw in grants:
+        principal, sep, rest = raw.partition("=")
+        pattern, colon, rights = rest.rpartition(":")
+        if not sep or not colon or not principal.strip() or not pattern.strip() or not rights.strip():
+            raise ConfigError(
+                f"--grant takes PRINCIPAL=PATTERN:RIGHTS, e.g. alice=shared/*:read; got {raw!r}"
+            )
+        name = principal.strip()
+        grant = Grant(pattern.strip(), parse_rights(rights.split(","), f"--grant {raw}: principal {name!r}"))
+        base = policies.get(name) or PrincipalPolicy(name)
+        policies[name] = replace(base, grants=(*base.grants, grant))
+    for raw in act_for:
+        principal, sep, pattern = raw.partition("=")
+        if not sep or not principal.strip() or not pattern.strip():
+            raise ConfigError(f"--act-for takes PRINCIPAL=PATTERN, e.g. app=users/*; got {raw!r}")
+        name = principal.strip()
+        base = policies.get(name) or PrincipalPolicy(name)
+        policies[name] = replace(base, act_for=(*base.act_for, pattern.strip()))
+    configured = bool(keys or policies)
+    mode = gate or section.gate or ("enforce" if configured else "observe")
+    return {
+        "policy": Policy(policies.values()),
+        "pinned": section.pinned_fields(),
+        "context_args": section.context_args if context_args is None else context_args,
+        "gate": GateMode(mode),
+    }

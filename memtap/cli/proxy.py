@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from memtap.cli.options import (
+    auth_options,
+    auth_settings,
     content_policy_option,
     db_option,
     json_option,
@@ -148,6 +150,7 @@ class _ProxyGroup(click.Group):
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
 @content_policy_option
+@auth_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
@@ -168,6 +171,9 @@ def proxy(
     api_keys: tuple[str, ...],
     principal: str,
     content_policy: tuple[str, ...],
+    grants: tuple[str, ...],
+    act_for: tuple[str, ...],
+    context_args: bool | None,
     console_spans: bool,
     verbose: bool,
 ) -> None:
@@ -200,6 +206,7 @@ def proxy(
         config=loaded,
         default_principal=principal,
         console_spans=console_spans,
+        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args),
         upstreams=servers,
         upstream_eager=start == "eager",
         upstream_timeout=timeout,

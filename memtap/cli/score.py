@@ -55,10 +55,18 @@ def _formats(func: Any) -> Any:
     help="How permission answers are labelled.",
 )
 @click.option(
+    "--answer-scorer",
+    "answer_scorer",
+    default=None,
+    metavar="strict|memprobe|locomo|memarena|longmemeval:MODEL",
+    help="How answers are scored: memtap's own rules (strict) or a published benchmark's scorer. "
+    "Default: the published scorer of the suite's origin for an imported suite, else strict.",
+)
+@click.option(
     "--config",
     "config",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Config file whose model_list names the MODEL of --matcher or --permission-judge.",
+    help="Config file whose model_list names the MODEL of --matcher, --permission-judge or --answer-scorer.",
 )
 @click.option("--strict", is_flag=True, help="Exit 2 when the run has problems (see the warnings).")
 @click.option("--no-store", is_flag=True, help="Do not store the score in the database.")
@@ -69,6 +77,7 @@ def score(
     markdown: bool,
     matcher: str,
     permission_judge: str,
+    answer_scorer: str | None,
     config: Path | None,
     strict: bool,
     no_store: bool,
@@ -87,20 +96,28 @@ def score(
     judge = make_permission_judge(permission_judge, config)
     database = _open(db)
     try:
-        scored = score_run(database.conn, run, matcher=chosen, permission_judge=judge)
+        scored = score_run(
+            database.conn,
+            run,
+            matcher=chosen,
+            permission_judge=judge,
+            answer_scorer=answer_scorer,
+            config=config,
+        )
         if not no_store:
             store_score(database.conn, scored)
     finally:
         database.conn.close()
     report = scored.report
     if as_json:
-        click.echo(json.dumps(report))
+        click.echo(json.dumps(report))  # the score file says which answer scorer it used, and why
     else:
         if not no_store:
             click.echo(
                 f"score stored in {resolve_db(db)} (tables scores and alignments, run_id = '{run}')", err=True
             )
         click.echo(render_score(report, markdown=markdown))
+        click.echo(f"memtap: {report['answer_scorer']['note']}", err=True)
     for warning in report["warnings"]:
         click.echo(f"memtap: warning: {warning}", err=True)
     if strict and report["warnings"]:

@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from memtap.cli.options import (
+    auth_options,
+    auth_settings,
     content_policy_option,
     db_option,
     loop_options,
@@ -37,10 +39,11 @@ DEFAULT_HTTP = "127.0.0.1:8750"
 @click.option(
     "--gate",
     type=click.Choice(["observe", "enforce"]),
-    default="observe",
-    show_default=True,
-    help="Record access-tag violations on retrieval, or also withhold the items.",
+    default=None,
+    help="Record access-tag violations on retrieval, or also withhold the items "
+    "(default: enforce when keys or principals are configured, else observe; also memtap.gate).",
 )
+@auth_options
 @click.option(
     "--max-content-bytes",
     type=click.IntRange(min=1),
@@ -64,7 +67,10 @@ def serve(
     durable: bool,
     api_keys: tuple[str, ...],
     principal: str,
-    gate: str,
+    gate: str | None,
+    grants: tuple[str, ...],
+    act_for: tuple[str, ...],
+    context_args: bool | None,
     max_content_bytes: int,
     config_path: Path | None,
     content_policy: tuple[str, ...],
@@ -74,7 +80,6 @@ def serve(
     """Serve memory tools over MCP (stdio and/or streamable HTTP), recording every call."""
     import anyio
 
-    from memtap.proxy.policy import GateMode
     from memtap.proxy.runtime import Settings
     from memtap.proxy.serve import serve as run
     from memtap.trace.privacy import parse_policy_rules
@@ -86,8 +91,8 @@ def serve(
         api_keys=keys,
         config=config,
         default_principal=principal,
-        gate=GateMode(gate),
         max_content_bytes=max_content_bytes,
+        **auth_settings(config, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
         console_spans=console_spans,
         content_policy=parse_policy_rules(content_policy),
     )

@@ -15,7 +15,12 @@
   the requester, the retrieved memories (rank, id, who said it, access tags) and the JSON
   shape to answer in; its reply is parsed as that JSON object (the first ``{...}`` in it, so a
   fenced reply works). A reply that is not JSON is kept as ``{"answer": REPLY, "unparsed":
-  true}`` rather than guessed at. A model that cannot be reached fails the episode.
+  true}`` rather than guessed at. The reply itself is kept too, as ``raw_reply``. A model that
+  cannot be reached fails the episode.
+
+A reader answers in the field names of the episode's benchmark when its published scorer reads
+others (``dialects.py``: MemProbe's JSON keys per probe type, free text for LoCoMo, MemArena and
+LongMemEval); ``dialect`` is passed by the replay driver.
 
 Shapes: ``{"answer"}`` for current_value, previous_value, qa, cloze and metadata;
 ``{"answer", "changed"}``; ``{"answer", "source"}``; ``{"answer", "conflict": {value, source,
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memtap.errors import ConfigError
+from memtap.probes.dialects import MEMPROBE_SHAPES, in_dialect
 from memtap.probes.schema import Probe
 from memtap.probes.targets.base import ProbeResult, Retrieved
 from memtap.trace.models import AccessTags
@@ -142,14 +148,18 @@ class Reader(Protocol):
     name: str
     blocking: bool  # answer() waits on the network: the driver runs it in a worker thread
 
-    def answer(self, probe: Probe, requester: str, result: ProbeResult) -> dict[str, Any] | None: ...
+    def answer(
+        self, probe: Probe, requester: str, result: ProbeResult, dialect: str = "memtap"
+    ) -> dict[str, Any] | None: ...
 
 
 class NoReader:
     name = "none"
     blocking = False
 
-    def answer(self, probe: Probe, requester: str, result: ProbeResult) -> dict[str, Any] | None:
+    def answer(
+        self, probe: Probe, requester: str, result: ProbeResult, dialect: str = "memtap"
+    ) -> dict[str, Any] | None:
         return None
 
 
@@ -169,7 +179,12 @@ class ExtractiveReader:
             return None, None, 0
         return best[2], best[3], best[0]
 
-    def answer(self, probe: Probe, requester: str, result: ProbeResult) -> dict[str, Any] | None:
+    def answer(
+        self, probe: Probe, requester: str, result: ProbeResult, dialect: str = "memtap"
+    ) -> dict[str, Any] | None:
+        return in_dialect(probe.type, self._answer(probe, requester, result), dialect)
+
+    def _answer(self, probe: Probe, requester: str, result: ProbeResult) -> dict[str, Any] | None:
         text, item, overlap = self._best(probe.question, result.retrieved)
         role = (item.provenance.get("role") if item else None) or None
         kind = probe.type
@@ -211,7 +226,13 @@ SHAPES: dict[str, str] = {
 _DEFAULT_SHAPE = '{"answer": string or null}'
 
 
-def reader_prompt(probe: Probe, requester: str, result: ProbeResult) -> str:
+def shape_for(kind: str, dialect: str = "memtap") -> str:
+    if dialect == "memprobe" and kind in MEMPROBE_SHAPES:
+        return MEMPROBE_SHAPES[kind]
+    return SHAPES.get(kind, _DEFAULT_SHAPE)
+
+
+def reader_prompt(probe: Probe, requester: str, result: ProbeResult, dialect: str = "memtap") -> str:
     lines = []
     for item in sorted(result.retrieved, key=lambda r: r.rank):
         role = item.provenance.get("role") or "unknown"
@@ -225,8 +246,7 @@ def reader_prompt(probe: Probe, requester: str, result: ProbeResult) -> str:
         "tags do not permit the requester.\n"
         f"Question (asked by {requester}): {probe.question}\n"
         f"Memories, most relevant first:\n{memories}\n"
-        "Reply with one JSON object and nothing else, of this shape: "
-        + SHAPES.get(probe.type, _DEFAULT_SHAPE)
+        "Reply with one JSON object and nothing else, of this shape: " + shape_for(probe.type, dialect)
     )
 
 
@@ -252,8 +272,13 @@ class LLMReader:
         self.name = name
         self.chat = chat  # prompt -> reply text
 
-    def answer(self, probe: Probe, requester: str, result: ProbeResult) -> dict[str, Any] | None:
-        return parse_reply(self.chat(reader_prompt(probe, requester, result)))
+    def answer(
+        self, probe: Probe, requester: str, result: ProbeResult, dialect: str = "memtap"
+    ) -> dict[str, Any] | None:
+        reply = self.chat(reader_prompt(probe, requester, result, dialect))
+        # The reply as the model wrote it is kept: a published scorer reads the raw reply (MemProbe's
+        # parses it itself, and some of its rules read the text around the JSON).
+        return {**parse_reply(reply), "raw_reply": reply}
 
 
 def make_reader(spec: str, config: Path | None = None) -> Reader:

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import anyio
 
+from memtap.probes.dialects import dialect_of
 from memtap.probes.readers import Reader
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Session
@@ -232,10 +233,11 @@ class _Player:
         await self.target.mark(scope, probe_turn(probe, requester))
         result = await self.target.ask_probe(scope, call, limit=self.plan.limit)
         t0 = time.perf_counter()
+        dialect = dialect_of(episode)  # the field names the episode's published scorer reads
         if self.reader.blocking:
-            answer = await anyio.to_thread.run_sync(self.reader.answer, probe, requester, result)
+            answer = await anyio.to_thread.run_sync(self.reader.answer, probe, requester, result, dialect)
         else:
-            answer = self.reader.answer(probe, requester, result)
+            answer = self.reader.answer(probe, requester, result, dialect)
         reader_ms = (time.perf_counter() - t0) * 1000 if self.reader.name != "none" else None
         if result.reply is not None:
             answer = {"reply": result.reply, **(answer or {})}

@@ -8,81 +8,22 @@ and ``/servers/NAME/mcp`` those of one.
 from __future__ import annotations
 
 import contextlib
-import hmac
-import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap import __version__
-from memtap.proxy.http import headers_of
-from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, build_mcp_server
+from memtap.proxy.mcp_server import build_mcp_server
 from memtap.proxy.openai_api import DirectRoutes, OpenAIFrontDoor
+from memtap.proxy.replay_clock import mount_replay_clock
 from memtap.proxy.runtime import Runtime, is_loopback
 
-__all__ = ["PrincipalGate", "create_app", "resolve_principal"]
-
-
-def resolve_principal(headers: Mapping[str, str], keys: dict[str, str], default: str) -> str | None:
-    """The caller's principal from its headers (lower-case names), or None when a key is required and
-    missing or unknown. Keys are compared in constant time and never logged or recorded."""
-    if not keys:
-        return headers.get("x-memtap-principal") or default
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        return None
-    offered = token.strip().encode()
-    for key, principal in keys.items():
-        if hmac.compare_digest(key.encode(), offered):
-            return principal
-    return None
-
-
-class PrincipalGate:
-    """Authenticates HTTP requests and puts the caller's principal into the ASGI scope.
-
-    With API keys configured, a request must carry ``Authorization: Bearer KEY``
-    and its principal is the key's. Without keys (loopback only), the principal is
-    ``X-Memtap-Principal`` or the default. Keys never leave this class.
-    """
-
-    def __init__(self, app: ASGIApp, keys: dict[str, str], default_principal: str) -> None:
-        self.app = app
-        self.keys = keys
-        self.default_principal = default_principal
-
-    def principal(self, scope: Scope) -> str | None:
-        return resolve_principal(headers_of(scope), self.keys, self.default_principal)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            principal = self.principal(scope)
-            if principal is None:
-                body = json.dumps(
-                    {
-                        "error": {
-                            "message": "missing or unknown API key (Authorization: Bearer KEY)",
-                            "type": "authentication_error",
-                        }
-                    }
-                ).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-            scope[PRINCIPAL_SCOPE_KEY] = principal
-        await self.app(scope, receive, send)
+__all__ = ["create_app"]
 
 
 def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
@@ -94,7 +35,13 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     else:
         from memtap.proxy.forward import build_forward_server
 
-        server = build_forward_server(pool, runtime.recorder, default_principal=settings.default_principal)
+        server = build_forward_server(
+            pool,
+            runtime.recorder,
+            default_principal=settings.default_principal,
+            policy=settings.policy,
+            clock=runtime.clock.attribute,
+        )
     security = (
         TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -119,13 +66,23 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         for name in pool.upstreams:
             per_upstream[name] = session_manager(
                 build_forward_server(
-                    pool, runtime.recorder, only=name, default_principal=settings.default_principal
+                    pool,
+                    runtime.recorder,
+                    only=name,
+                    default_principal=settings.default_principal,
+                    policy=settings.policy,
+                    clock=runtime.clock.attribute,
                 )
             )
     started = time.monotonic()
     openai = OpenAIFrontDoor(
-        settings.config, runtime.service, runtime.recorder, default_principal=settings.default_principal
+        settings.config,
+        runtime.service,
+        runtime.recorder,
+        default_principal=settings.default_principal,
+        policy=settings.policy,
     )
+    authentication = runtime.authentication
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -142,7 +99,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:
         """Liveness for anyone; the details (paths, counters) only for callers with a key."""
-        if settings.api_keys and resolve_principal(request.headers, settings.api_keys, "") is None:
+        if settings.authenticated and authentication.caller_or_none(request.headers) is None:
             return {"status": "ok"}
         return {
             "status": "ok",
@@ -157,23 +114,21 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
 
     # A Route, not a Mount: a Mount answers POST /mcp with a redirect to /mcp/, an extra
     # round trip on every call for clients that follow it, and an error for those that do not.
-    mcp_endpoint = PrincipalGate(manager.handle_request, settings.api_keys, settings.default_principal)
+    mcp_endpoint = authentication.gate(manager.handle_request)
     app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"]))
-    from memtap.proxy.replay_clock import mount_replay_clock  # imports this module: import it here
-
-    mount_replay_clock(app, runtime.service, settings.api_keys)
-    openai_routes = openai.routes(
-        lambda endpoint: PrincipalGate(endpoint, settings.api_keys, settings.default_principal)
-    )
+    mount_replay_clock(app, runtime.clock, authentication, settings.policy, runtime.recorder)
+    openai_routes = openai.routes(authentication.gate)
     app.router.routes.extend(openai_routes)
     app.add_middleware(DirectRoutes, routes=openai_routes)
     if pool is not None:
         from memtap.proxy.forward import ByUpstream
 
         by_upstream = ByUpstream(
-            {name: each.handle_request for name, each in per_upstream.items()}, runtime.recorder
+            {name: each.handle_request for name, each in per_upstream.items()},
+            runtime.recorder,
+            settings.policy,
         )
-        endpoint = PrincipalGate(by_upstream, settings.api_keys, settings.default_principal)
+        endpoint = authentication.gate(by_upstream)
         app.router.routes.append(
             Route("/servers/{name}/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
         )

@@ -31,11 +31,19 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, Upstream, UpstreamError, error_body
-from memtap.errors import InvalidArguments
-from memtap.proxy.context import build_context, build_context_safely, fields_from_headers
+from memtap.auth import (
+    CALLER_SCOPE_KEY,
+    Caller,
+    Policy,
+    Right,
+    best_context,
+    fields_from_headers,
+    local_caller,
+    resolve_context,
+)
+from memtap.errors import AccessDenied, InvalidArguments
 from memtap.proxy.fields import CHAT_FIELDS, check_types, forwardable, recorded, refuse_redirects
 from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
-from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer, Recall
 from memtap.proxy.sse import complete_prefix, summarise_stream
 from memtap.trace.calls import CallRecord, recorded_call
@@ -111,6 +119,7 @@ class ChatProxy:
         default_mode: str,
         max_body_bytes: int,
         default_principal: str,
+        policy: Policy | None = None,
     ) -> None:
         self.router = router
         self.passthrough = passthrough
@@ -120,10 +129,26 @@ class ChatProxy:
         self.default_mode = default_mode
         self.max_body_bytes = max_body_bytes
         self.default_principal = default_principal
+        self.policy = policy or Policy()
+        self._local = local_caller(default_principal)
+
+    def _authorise(self, call: CallRecord, who: Caller, request: Mapping[str, Any], mode: str) -> None:
+        """In ``auto`` mode the chat reads (injection) the namespace's memory on behalf of the
+        request's ``user``: the caller must be allowed to act for that user and to read there
+        (capture's write is checked on each write). A refusal is a 403 for the whole chat."""
+        if mode != "auto" or not who.restricted or call.context is None:
+            return
+        try:
+            user = request.get("user")
+            if isinstance(user, str) and user:
+                self.policy.check_act_for(who, user)
+            self.policy.check(who, call.context.namespace, Right.READ)
+        except AccessDenied as exc:
+            raise RequestProblem(403, str(exc), type_="permission_error", code="forbidden") from None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
-        principal = scope.get(PRINCIPAL_SCOPE_KEY) or self.default_principal
+        who: Caller = scope.get(CALLER_SCOPE_KEY) or self._local
         headers = headers_of(scope)
         problem: RequestProblem | None = None
         raw, request = b"", {}
@@ -144,8 +169,8 @@ class ChatProxy:
             front_door="openai",
             backend=upstream.via if upstream is not None else "none",
             arguments=recorded(request, dropped),
-            fallback_context=lambda: build_context_safely(
-                principal, headers.get("user-agent"), context_layers(request, headers)
+            fallback_context=lambda: best_context(
+                who, layers=context_layers(request, headers), client=headers.get("user-agent")
             ),
             model=model if isinstance(model, str) else "unknown",
             provider=upstream.provider if upstream is not None else None,
@@ -166,21 +191,25 @@ class ChatProxy:
                     )
                 layers = context_layers(request, headers)
                 try:
-                    call.context = build_context(
-                        principal=principal, client=headers.get("user-agent"), layers=layers
+                    call.context = resolve_context(
+                        who, layers=layers, client=headers.get("user-agent"), policy=self.policy
                     )
                 except InvalidArguments as exc:
                     raise RequestProblem(400, str(exc)) from None
+                except AccessDenied as exc:
+                    call.context = getattr(exc, "context", None)
+                    raise RequestProblem(403, str(exc), type_="permission_error", code="forbidden") from None
                 mode = headers.get(MEMORY_HEADER) or upstream.memory or self.default_mode
                 if mode not in ("off", "auto"):
                     raise RequestProblem(400, f"X-Memtap-Memory must be off or auto, not {mode!r}")
+                self._authorise(call, who, request, mode)
                 await self._serve(
                     call,
                     request,
                     raw if not dropped else b"",
                     upstream,
                     mode,
-                    principal,
+                    who,
                     layers,
                     receive,
                     send,
@@ -202,7 +231,7 @@ class ChatProxy:
         raw: bytes,
         upstream: Upstream,
         mode: str,
-        principal: str,
+        who: Caller,
         layers: tuple[dict[str, Any], ...],
         receive: Receive,
         send: Send,
@@ -212,7 +241,7 @@ class ChatProxy:
         outgoing, recall = request, Recall()
         if mode == "auto":
             outgoing = dict(request)
-            recall = await self.memory.recall(outgoing, principal=principal, layers=layers)
+            recall = await self.memory.recall(outgoing, caller=who, layers=layers)
             call.memory_ms = recall.ms
             if recall.event_id is not None:
                 call.links.append(recall.event_id)
@@ -272,7 +301,7 @@ class ChatProxy:
             )
             if complete:
                 captured = await self.memory.capture(
-                    request, reply, principal=principal, layers=layers, model=upstream.alias
+                    request, reply, caller=who, layers=layers, model=upstream.alias
                 )
                 call.links.extend(captured.event_ids)
                 result["memory"].update(

@@ -40,7 +40,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from memtap import __version__
 from memtap.adapters.pool import UpstreamPool
 from memtap.adapters.upstream import State, Upstream
+from memtap.auth import CALLER_SCOPE_KEY, Caller, Policy, best_context, local_caller, resolve_context
+from memtap.auth.grants import right_for
+from memtap.auth.resolve import Clock
 from memtap.errors import (
+    AccessDenied,
     InvalidArguments,
     MemtapError,
     UnknownTool,
@@ -49,13 +53,9 @@ from memtap.errors import (
     UpstreamProtocolError,
     UpstreamRPCError,
 )
-from memtap.proxy.context import (
-    META_KEY,
-    build_context,
-    build_context_safely,
-)
-from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY, client_name
+from memtap.proxy.context import META_KEY
 from memtap.proxy.mcp_server import caller as mcp_caller
+from memtap.proxy.mcp_server import client_name
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
@@ -214,28 +214,50 @@ def build_forward_server(
     *,
     only: str | None = None,
     default_principal: str = "local",
+    policy: Policy | None = None,
+    clock: Clock | None = None,
 ) -> Server[Any]:
-    """An MCP server offering the tools, resources and prompts of ``pool``'s upstreams (or one)."""
+    """An MCP server offering the tools, resources and prompts of ``pool``'s upstreams (or one).
+
+    Each call is checked: the caller must be allowed on the upstream (its ``upstreams``
+    patterns) and hold the right the tool's lifecycle class needs on the call's namespace
+    (read for retrievals and reads, write for writes, updates and tools memtap cannot
+    classify, delete for deletes). A refusal is a tool error and a recorded event."""
     if only is not None:
         pool.get(only)  # an unknown name is refused here, not at the first call
     router = _Router(pool, only)
+    rules = policy or Policy()
+    stdio_caller = local_caller(default_principal)
 
-    def caller(ctx: ServerRequestContext[Any, Any]) -> tuple[str, str, tuple[dict[str, Any], ...]]:
-        return mcp_caller(ctx, default_principal)
+    def caller(ctx: ServerRequestContext[Any, Any]) -> tuple[Caller, str, tuple[dict[str, Any], ...]]:
+        return mcp_caller(ctx, stdio_caller)
+
+    def authorise(who: Caller, upstream: Upstream, op: Op, context: Any) -> None:
+        if not who.restricted:
+            return
+        rules.check_upstream(who, upstream.name)
+        right = right_for(op)
+        if right is not None:
+            rules.check(who, context.namespace, right)
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=await router.list_tools())
+        tools = await router.list_tools()
+        who = caller(ctx)[0]
+        if who.restricted:  # only the tools of upstreams the caller may call
+            tools = [t for t in tools if rules.may_call_upstream(who, router.tools[t.name][0].name)]
+        return types.ListToolsResult(tools=tools)
 
     async def forward(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]) -> Any:
-        principal, front_door, layers = caller(ctx)
+        who, front_door, layers = caller(ctx)
         client = client_name(ctx)
         route = await router.resolve_tool(name)
         upstream = route[0] if route is not None else None
         code = types.INTERNAL_ERROR
         data: Any = None
         parsed: types.CallToolResult | None = None
+        denied = False
         async with recorded_call(
             recorder,
             tool=route[1] if route is not None else name,  # the upstream's own name; backend says which
@@ -243,21 +265,27 @@ def build_forward_server(
             front_door=front_door,
             backend=upstream.name if upstream is not None else "proxy",
             arguments=arguments,
-            fallback_context=lambda: build_context_safely(principal, client, layers),
+            fallback_context=lambda: best_context(
+                who, layers=layers, client=client, upstream=upstream.name if upstream else None, clock=clock
+            ),
         ) as call:
             try:
-                context = call.context = build_context(
-                    principal=principal,
+                context = call.context = resolve_context(
+                    who,
+                    layers=layers,
                     client=client,
                     upstream=upstream.name if upstream is not None else None,
-                    layers=layers,
+                    clock=clock,
+                    policy=rules,
                 )
                 if route is None or upstream is None:
                     offered = ", ".join(sorted(router.tools)) or "none"
                     raise UnknownTool(f"unknown tool {name!r}; the upstreams offer: {offered}")
                 tool = route[1]
+                authorise(who, upstream, upstream.kind_of(tool).op, context)
                 await upstream.connection()
                 call.op = upstream.kind_of(tool).op  # again: a lazy upstream's profile is known only now
+                authorise(who, upstream, call.op, context)
                 meta = _upstream_meta(ctx.meta)
                 if upstream.tap is not None:
                     result, call.effects, refined = await upstream.tap.call(
@@ -285,7 +313,13 @@ def build_forward_server(
             except MemtapError as exc:
                 code = _error_code(exc)
                 data = exc.data if isinstance(exc, UpstreamRPCError) else None
+                denied = isinstance(exc, AccessDenied)
+                if denied and call.context is None:
+                    call.context = getattr(exc, "context", None)
                 raise
+        if denied:  # a refusal is the caller's tool error, as for memtap's own tools
+            text = types.TextContent(type="text", text=call.error or "refused")
+            return types.CallToolResult(content=[text], is_error=True)
         if parsed is not None:
             return parsed
         raise MCPError(code, call.error or "error", data)
@@ -316,7 +350,7 @@ def build_forward_server(
         if uri not in router.resources:
             await router.list_resources("resources/list", "resources")
         candidates = [router.resources[uri]] if uri in router.resources else router.upstreams()
-        principal, front_door, layers = caller(ctx)
+        who, front_door, layers = caller(ctx)
         last: MemtapError = UnknownTool(f"no upstream offers resource {uri!r}")
         for upstream in candidates:
             async with recorded_call(
@@ -326,11 +360,21 @@ def build_forward_server(
                 front_door=front_door,
                 backend=upstream.name,
                 arguments={"uri": uri},
-                fallback_context=lambda: build_context_safely(principal, client_name(ctx), layers),
+                fallback_context=lambda: best_context(who, layers=layers, client=client_name(ctx)),
             ) as call:
-                call.context = build_context(
-                    principal=principal, client=client_name(ctx), upstream=upstream.name, layers=layers
+                call.context = resolve_context(
+                    who,
+                    layers=layers,
+                    client=client_name(ctx),
+                    upstream=upstream.name,
+                    clock=clock,
+                    policy=rules,
                 )
+                try:
+                    authorise(who, upstream, Op.READ, call.context)
+                except AccessDenied as exc:
+                    last = exc
+                    raise
                 call.start_backend()
                 try:
                     result = await upstream.request("resources/read", {"uri": uri})
@@ -386,27 +430,43 @@ class ByUpstream:
     a key; a request for an unknown upstream is recorded as an error event.
     """
 
-    def __init__(self, endpoints: Mapping[str, ASGIApp], recorder: Recorder) -> None:
+    def __init__(
+        self, endpoints: Mapping[str, ASGIApp], recorder: Recorder, policy: Policy | None = None
+    ) -> None:
         self.endpoints = endpoints
         self.recorder = recorder
+        self.policy = policy or Policy()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = scope["path_params"]["name"]
+        who: Caller = scope.get(CALLER_SCOPE_KEY) or local_caller()
         endpoint = self.endpoints.get(name)
-        if endpoint is not None:
+        refusal: MemtapError | None = None
+        status = 404
+        if endpoint is None:
+            refusal = UnknownUpstream(
+                f"unknown upstream {name!r}; this proxy wraps: {', '.join(self.endpoints)}"
+            )
+        elif not self.policy.may_call_upstream(who, name):
+            try:
+                self.policy.check_upstream(who, name)
+            except AccessDenied as exc:
+                refusal, status = exc, 403
+        if refusal is None and endpoint is not None:
             await endpoint(scope, receive, send)
             return
-        message = f"unknown upstream {name!r}; this proxy wraps: {', '.join(self.endpoints)}"
         if scope.get("method") == "POST":
-            principal = scope.get(PRINCIPAL_SCOPE_KEY) or "local"
             async with recorded_call(
                 self.recorder,
                 tool=f"servers/{name}",
                 op=Op.CONTROL,
                 front_door="mcp-http",
-                backend="proxy",
+                backend=name if endpoint is not None else "proxy",
                 arguments={},
-                fallback_context=lambda: build_context_safely(principal, None, ()),
+                fallback_context=lambda: best_context(who, upstream=name if endpoint is not None else None),
             ):
-                raise UnknownUpstream(message)
-        await JSONResponse({"error": {"message": message}}, status_code=404)(scope, receive, send)
+                raise refusal  # type: ignore[misc]
+        body = {
+            "error": {"message": str(refusal), "type": "permission_error" if status == 403 else "not_found"}
+        }
+        await JSONResponse(body, status_code=status)(scope, receive, send)

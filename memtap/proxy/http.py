@@ -12,6 +12,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from memtap.adapters.llm import error_body
+from memtap.auth.gate import headers_of
 from memtap.errors import ProxyError
 
 __all__ = ["RequestProblem", "headers_of", "parse_object", "read_body", "send_bytes"]
@@ -32,18 +33,6 @@ class RequestProblem(ProxyError):
         super().__init__(message)
         self.status = status
         self.body = error_body(message, type_, code=code, param=param)
-
-
-_HEADERS_KEY = "memtap.headers"
-
-
-def headers_of(scope: Scope) -> dict[str, str]:
-    """The request's headers by lower-case name, decoded once per request (kept in the scope)."""
-    found: dict[str, str] | None = scope.get(_HEADERS_KEY)
-    if found is None:
-        found = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        scope[_HEADERS_KEY] = found
-    return found
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:

@@ -16,25 +16,23 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from memtap import __version__
+from memtap.auth import CALLER_SCOPE_KEY, Caller, fields_from_headers, fields_from_meta, headers_of
 from memtap.jsontext import json_text
-from memtap.proxy.context import fields_from_headers, fields_from_meta
-from memtap.proxy.http import headers_of
 from memtap.proxy.service import MemoryService, ToolOutcome
 from memtap.proxy.tools import TOOLS
 
-__all__ = ["PRINCIPAL_SCOPE_KEY", "build_mcp_server", "caller", "client_name"]
+__all__ = ["build_mcp_server", "caller", "client_name"]
 
-PRINCIPAL_SCOPE_KEY = "memtap.principal"
 _CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
 
 
-def _tool_list() -> list[types.Tool]:
+def _tool_list(context_args: bool) -> list[types.Tool]:
     return [
         types.Tool(
             name=spec.name,
             title=spec.title,
             description=spec.description,
-            input_schema=spec.input_schema(),
+            input_schema=spec.input_schema(context_args),
             annotations=types.ToolAnnotations(
                 title=spec.title,
                 read_only_hint=spec.read_only,
@@ -58,16 +56,19 @@ def client_name(ctx: ServerRequestContext[Any, Any]) -> str | None:
 
 
 def caller(
-    ctx: ServerRequestContext[Any, Any], default_principal: str
-) -> tuple[str, str, tuple[dict[str, Any], ...]]:
-    """Who is calling (the principal the gate set), through which front door, and the context
-    layers the request carries (headers, decoded once per request, then ``_meta``)."""
+    ctx: ServerRequestContext[Any, Any], stdio_caller: Caller
+) -> tuple[Caller, str, tuple[dict[str, Any], ...]]:
+    """Who is calling (the caller the HTTP gate made; over stdio, the process's own caller),
+    through which front door, and the context layers the request carries (headers, decoded
+    once per request, then ``_meta``)."""
     request = ctx.request
     scope = getattr(request, "scope", None)
     if scope is None:
-        return default_principal, "mcp-stdio", ({}, fields_from_meta(ctx.meta))
-    principal = scope.get(PRINCIPAL_SCOPE_KEY) or default_principal
-    return principal, "mcp-http", (fields_from_headers(headers_of(scope)), fields_from_meta(ctx.meta))
+        return stdio_caller, "mcp-stdio", ({}, fields_from_meta(ctx.meta))
+    who = scope.get(CALLER_SCOPE_KEY)
+    if who is None:  # served without the gate (an embedding app): the single-user mode
+        who = stdio_caller
+    return who, "mcp-http", (fields_from_headers(headers_of(scope)), fields_from_meta(ctx.meta))
 
 
 def to_call_result(outcome: ToolOutcome) -> types.CallToolResult:
@@ -82,8 +83,10 @@ def to_call_result(outcome: ToolOutcome) -> types.CallToolResult:
 
 
 def build_mcp_server(service: MemoryService, *, default_principal: str = "local") -> Server[Any]:
-    """An MCP server exposing the memory tools over ``service``."""
-    tools = _tool_list()
+    """An MCP server exposing the memory tools over ``service``; over stdio every call is the
+    ``local`` caller ``default_principal``."""
+    tools = _tool_list(service.context_args)
+    stdio_caller = Caller(default_principal, "local")
     # The SDK checks a call's arguments against the tool's schema before dispatching; without
     # this lookup it would run tools/list on every call to find it (about 1 ms each).
     schemas = {tool.name: tool.input_schema for tool in tools}
@@ -96,11 +99,11 @@ def build_mcp_server(service: MemoryService, *, default_principal: str = "local"
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        principal, front_door, layers = caller(ctx, default_principal)
+        who, front_door, layers = caller(ctx, stdio_caller)
         outcome = await service.call_tool(
             params.name,
             params.arguments,
-            principal=principal,
+            caller=who,
             front_door=front_door,
             client=client_name(ctx),
             layers=layers,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from memtap.auth import Caller
 from memtap.proxy.service import MemoryService
 
 __all__ = ["MEMORY_HEADER", "CaptureResult", "MemoryLayer", "Recall", "format_memories", "message_text"]
@@ -105,7 +106,7 @@ class MemoryLayer:
         self.capture_roles = set(capture if capture is not None else ["user"])
 
     async def recall(
-        self, request: dict[str, Any], *, principal: str, layers: tuple[Mapping[str, Any], ...]
+        self, request: dict[str, Any], *, caller: Caller, layers: tuple[Mapping[str, Any], ...]
     ) -> Recall:
         """Search with the last user message and inject the results into ``request`` in place."""
         t0 = time.perf_counter()
@@ -117,7 +118,7 @@ class MemoryLayer:
         outcome = await self.service.call_tool(
             "memory_search",
             {"query": query, "limit": self.top_k},
-            principal=principal,
+            caller=caller,
             front_door="openai",
             layers=layers,
         )
@@ -145,7 +146,7 @@ class MemoryLayer:
         request: dict[str, Any],
         reply: str | None,
         *,
-        principal: str,
+        caller: Caller,
         layers: tuple[Mapping[str, Any], ...],
         model: str,
     ) -> CaptureResult:
@@ -168,10 +169,12 @@ class MemoryLayer:
                 continue
             outcome = await self.service.call_tool(
                 "memory_add",
-                {"content": text, "role": role, "metadata": {"source": "chat", "model": model}},
-                principal=principal,
+                {"content": text, "metadata": {"source": "chat", "model": model}},
+                caller=caller,
                 front_door="openai",
-                layers=layers,
+                # The turn's role is memtap's own knowledge, not a model's argument: the
+                # strongest layer, over an X-Memtap-Role header.
+                layers=(*layers, {"role": role}),
             )
             if outcome.event_id is not None:
                 result.event_ids.append(outcome.event_id)

@@ -2,9 +2,9 @@
 
 Upstreams come from LiteLLM's ``model_list`` in the config file; memtap's own settings
 (memory mode, top k, capture, local embedders, limits) from its ``memtap`` section.
-Requests are authenticated by the same :class:`~memtap.proxy.app.PrincipalGate` as the
-MCP front door: a configured bearer key names the principal; with no keys (loopback
-only) any token is accepted and none is recorded.
+Requests are authenticated by the same gate (:mod:`memtap.auth.gate`) as the MCP front
+door: a configured bearer key names the principal; with no keys (loopback only) any token
+is accepted and none is recorded.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap.adapters.embeddings import Embedder, count_tokens, encode_vector, load_embedder
 from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, UpstreamError, error_body
+from memtap.auth import CALLER_SCOPE_KEY, Caller, Policy, best_context, local_caller, resolve_context
 from memtap.config import ConfigFile
-from memtap.errors import InvalidArguments
+from memtap.errors import AccessDenied, InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
-from memtap.proxy.context import build_context, build_context_safely
 from memtap.proxy.fields import EMBEDDING_FIELDS, check_types, forwardable, recorded, refuse_redirects
 from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
-from memtap.proxy.mcp_server import PRINCIPAL_SCOPE_KEY
 from memtap.proxy.memory_layer import MemoryLayer
 from memtap.proxy.service import MemoryService
 from memtap.trace.calls import recorded_call
@@ -68,6 +67,7 @@ class OpenAIFrontDoor:
         recorder: Recorder,
         *,
         default_principal: str = "local",
+        policy: Policy | None = None,
     ) -> None:
         settings = config.memtap
         self.config = config
@@ -89,6 +89,7 @@ class OpenAIFrontDoor:
             default_mode=settings.memory,
             max_body_bytes=settings.max_body_bytes,
             default_principal=default_principal,
+            policy=policy,
         )
         self._warming: asyncio.Future[Any] | None = None
 
@@ -126,7 +127,7 @@ class OpenAIFrontDoor:
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
-        principal = scope.get(PRINCIPAL_SCOPE_KEY) or self.default_principal
+        who: Caller = scope.get(CALLER_SCOPE_KEY) or local_caller(self.default_principal)
         headers = headers_of(scope)
         problem: RequestProblem | None = None
         request: dict[str, Any] = {}
@@ -149,8 +150,8 @@ class OpenAIFrontDoor:
             front_door="openai",
             backend="local" if embedder is not None else (upstream.via if upstream is not None else "none"),
             arguments=recorded(request, dropped),
-            fallback_context=lambda: build_context_safely(
-                principal, headers.get("user-agent"), context_layers(request, headers)
+            fallback_context=lambda: best_context(
+                who, layers=context_layers(request, headers), client=headers.get("user-agent")
             ),
             model=alias,
             provider=provider,
@@ -163,13 +164,13 @@ class OpenAIFrontDoor:
                 refuse_redirects(dropped)
                 check_types(request, allowed)
                 try:
-                    call.context = build_context(
-                        principal=principal,
-                        client=headers.get("user-agent"),
-                        layers=context_layers(request, headers),
+                    call.context = resolve_context(
+                        who, layers=context_layers(request, headers), client=headers.get("user-agent")
                     )
                 except InvalidArguments as exc:
                     raise RequestProblem(400, str(exc)) from None
+                except AccessDenied as exc:
+                    raise RequestProblem(403, str(exc), type_="permission_error", code="forbidden") from None
                 call.start_backend()
                 if embedder is not None:
                     body = await self._embed_locally(embedder, alias, request)

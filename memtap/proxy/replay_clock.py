@@ -16,6 +16,11 @@ else the run, else the caller's principal; lookup tries them in that order.
 
 Marks live in memory in the serving process: they are the replay's clock, not a record. The
 events they attribute are the record.
+
+Who may mark what (with keys configured): a mark keyed by namespace needs ``write`` on that
+namespace (``read`` to look it up); a mark keyed by principal may name only the caller's own
+principal; a mark keyed by run attributes only the calls of the principal that set it. A
+refused mark is a ``403`` with a JSON error body and a recorded event (tool ``replay.mark``).
 """
 
 from __future__ import annotations
@@ -26,10 +31,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memtap.proxy.app import resolve_principal
-from memtap.trace.models import Context, Role, utc_now
+from memtap.auth import Authentication, Caller, Policy, Right, local_caller
+from memtap.errors import AccessDenied, AuthError, Forbidden
+from memtap.trace.calls import recorded_call
+from memtap.trace.models import Context, Op, Role, utc_now
+from memtap.trace.writer import Recorder
 
 __all__ = ["MARK_PATH", "Mark", "ReplayClock", "mount_replay_clock"]
 
@@ -69,6 +78,7 @@ class _Stamped:
     mark: Mark
     set_at: str
     monotonic: float
+    set_by: Caller
 
 
 class ReplayClock:
@@ -79,16 +89,19 @@ class ReplayClock:
         self._lock = threading.Lock()
         self.attributed = 0
 
-    def set(self, mark: Mark) -> dict[str, Any]:
-        stamped = _Stamped(mark, utc_now().isoformat(), time.monotonic())
+    def set(self, mark: Mark, caller: Caller | None = None) -> dict[str, Any]:
+        stamped = _Stamped(mark, utc_now().isoformat(), time.monotonic(), caller or local_caller())
         with self._lock:
             self._marks[mark.key()] = stamped
         return {**mark.model_dump(exclude_none=True), "set_at": stamped.set_at}
 
     def get(self, kind: str, value: str) -> Mark | None:
-        with self._lock:
-            found = self._marks.get((kind, value))
+        found = self.stamped(kind, value)
         return found.mark if found else None
+
+    def stamped(self, kind: str, value: str) -> _Stamped | None:
+        with self._lock:
+            return self._marks.get((kind, value))
 
     def clear(self, kind: str, value: str) -> bool:
         with self._lock:
@@ -103,7 +116,11 @@ class ReplayClock:
             ("run", context.run),
             ("principal", context.principal),
         ):
-            mark = self.get(kind, value) if value else None
+            stamped = self.stamped(kind, value) if value else None
+            theirs = stamped is not None and stamped.set_by.restricted and kind != "namespace"
+            if theirs and stamped is not None and stamped.set_by.principal != context.principal:
+                continue  # a run or principal mark re-labels only its setter's own calls
+            mark = stamped.mark if stamped is not None else None
             if mark is not None:
                 updates = {
                     f: getattr(mark, f) for f in _FILLED if getattr(context, f) is None and getattr(mark, f)
@@ -124,34 +141,88 @@ def _key_of(request: Request) -> tuple[str, str]:
     raise HTTPException(422, "name the mark by ?namespace=, ?run= or ?principal=")
 
 
-def mount_replay_clock(app: FastAPI, service: Any, api_keys: dict[str, str]) -> ReplayClock:
-    """Serve the clock at :data:`MARK_PATH` and make ``service`` attribute calls by it."""
-    clock = ReplayClock()
-    service.clock = clock
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
 
-    def authorised(request: Request) -> None:
-        if api_keys and resolve_principal(request.headers, api_keys, "") is None:
-            raise HTTPException(401, "missing or unknown API key (Authorization: Bearer KEY)")
 
-    @app.post(MARK_PATH)
-    async def set_mark(mark: Mark, request: Request) -> dict[str, Any]:
+def mount_replay_clock(
+    app: FastAPI, clock: ReplayClock, authentication: Authentication, policy: Policy, recorder: Recorder
+) -> ReplayClock:
+    """Serve ``clock`` at :data:`MARK_PATH`, each request authenticated and authorised."""
+
+    def authorise(caller: Caller, kind: str, value: str, right: Right) -> None:
+        if not caller.restricted:
+            return
+        if kind == "namespace":
+            policy.check(caller, value, right)
+        elif kind == "principal" and value != caller.principal:
+            raise Forbidden(
+                f"principal {caller.principal!r} may not mark calls of principal {value!r}: "
+                "a caller may re-label only its own calls"
+            )
+        elif kind == "run":
+            found = clock.stamped(kind, value)
+            if found is not None and found.set_by.restricted and found.set_by.principal != caller.principal:
+                raise Forbidden(
+                    f"principal {caller.principal!r} may not change the mark of run {value!r}: "
+                    f"principal {found.set_by.principal!r} set it"
+                )
+
+    async def guarded(
+        request: Request, method: str, arguments: dict[str, Any], keys: list[tuple[str, str]], right: Right
+    ) -> Caller | JSONResponse:
+        try:
+            caller = authentication.authenticate(request.headers)
+        except AuthError as exc:
+            return _error(exc.status, str(exc), "authentication_error")
+        try:
+            for kind, value in keys:
+                authorise(caller, kind, value, right)
+        except AccessDenied as exc:
+            named = dict(keys)
+            async with recorded_call(
+                recorder,
+                tool="replay.mark",
+                op=Op.CONTROL,
+                front_door="http",
+                backend="replay-clock",
+                arguments={"method": method, **arguments},
+                fallback_context=lambda: Context(
+                    principal=caller.principal,
+                    namespace=named.get("namespace") or caller.principal,
+                    run=named.get("run"),
+                ),
+            ):
+                raise
+            return _error(403, str(exc), "permission_error")
+        return caller
+
+    @app.post(MARK_PATH, response_model=None)
+    async def set_mark(mark: Mark, request: Request) -> dict[str, Any] | JSONResponse:
         """Mark the turn being played; memory calls without a turn are attributed to it."""
-        authorised(request)
-        return {"mark": clock.set(mark)}
+        named = [(k, str(getattr(mark, k))) for k in ("namespace", "run", "principal") if getattr(mark, k)]
+        found = await guarded(request, "POST", mark.model_dump(exclude_none=True), named, Right.WRITE)
+        if isinstance(found, JSONResponse):
+            return found
+        return {"mark": clock.set(mark, found)}
 
-    @app.get(MARK_PATH)
-    async def get_mark(request: Request) -> dict[str, Any]:
-        authorised(request)
+    @app.get(MARK_PATH, response_model=None)
+    async def get_mark(request: Request) -> dict[str, Any] | JSONResponse:
         kind, value = _key_of(request)
+        found = await guarded(request, "GET", {kind: value}, [(kind, value)], Right.READ)
+        if isinstance(found, JSONResponse):
+            return found
         mark = clock.get(kind, value)
         if mark is None:
             raise HTTPException(404, f"no mark for {kind} {value!r}")
         return {"mark": mark.model_dump(exclude_none=True)}
 
-    @app.delete(MARK_PATH)
-    async def clear_mark(request: Request) -> dict[str, Any]:
-        authorised(request)
+    @app.delete(MARK_PATH, response_model=None)
+    async def clear_mark(request: Request) -> dict[str, Any] | JSONResponse:
         kind, value = _key_of(request)
+        found = await guarded(request, "DELETE", {kind: value}, [(kind, value)], Right.WRITE)
+        if isinstance(found, JSONResponse):
+            return found
         return {"cleared": clock.clear(kind, value)}
 
     return clock

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import logging
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memtap.adapters.base import MemoryBackend
 from memtap.adapters.registry import open_backend
+from memtap.auth import ApiKeyAuthenticator, Authentication, Authenticator, LocalAuthenticator, Policy
 from memtap.config import ConfigFile, McpServerConfig, parse_api_keys
 from memtap.errors import ConfigError
 from memtap.proxy.policy import GateMode
+from memtap.proxy.replay_clock import ReplayClock
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
 from memtap.trace.privacy import ContentPolicy, PolicyName, TracePrivacy, secrets_of
 from memtap.trace.writer import Recorder
@@ -21,6 +26,8 @@ if TYPE_CHECKING:
     from memtap.adapters.pool import UpstreamPool
 
 __all__ = ["Runtime", "Settings", "default_db_path", "is_loopback", "parse_api_keys"]
+
+log = logging.getLogger("memtap.auth")
 
 
 def default_db_path() -> Path:
@@ -45,6 +52,16 @@ class Settings:
     api_keys: dict[str, str] = field(default_factory=dict)
     default_principal: str = "local"
     gate: GateMode = GateMode.OBSERVE
+    # Who may touch which memory (grants, delegation, upstreams); see docs/authorization.md.
+    policy: Policy = field(default_factory=Policy)
+    # Context fields the operator pinned, by principal (a principal's config ``namespace``).
+    pinned: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Offer the context fields (namespace, session, ...) in the model-facing tool schemas.
+    context_args: bool = False
+    # Authenticators tried after the API keys (a JWT verifier, say).
+    authenticators: list[Authenticator] = field(default_factory=list)
+    # The WWW-Authenticate value of a 401 (a JWT set-up adds its resource_metadata URL).
+    challenge: str = "Bearer"
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     console_spans: bool = False
     # Batch trace writes for this long (not in durable mode); see Recorder.
@@ -66,9 +83,24 @@ class Settings:
             ContentPolicy(rules), secrets_of(self.config, self.api_keys, self.upstreams.values())
         )
 
+    @property
+    def authenticated(self) -> bool:
+        """Whether callers must present credentials (keys or another authenticator)."""
+        return bool(self.api_keys or self.authenticators)
+
+    def authentication(self) -> Authentication:
+        """The authenticators of this process: credentials when any are configured, else the
+        keyless single-user mode (every caller ``local``)."""
+        if not self.authenticated:
+            return Authentication([LocalAuthenticator(self.default_principal)], challenge=self.challenge)
+        found: list[Authenticator] = list(self.authenticators)
+        if self.api_keys:
+            found.insert(0, ApiKeyAuthenticator(self.api_keys, self.pinned))
+        return Authentication(found, challenge=self.challenge)
+
     def check_bind(self, host: str) -> None:
         """A memory proxy is never opened to a network by accident."""
-        if not is_loopback(host) and not self.api_keys:
+        if not is_loopback(host) and not self.authenticated:
             raise ConfigError(
                 f"refusing to bind {host}: memory would be open to the network without authentication; "
                 "configure API keys (--api-key KEY=PRINCIPAL or MEMTAP_API_KEYS) or bind 127.0.0.1"
@@ -111,9 +143,34 @@ class Runtime:
         except Exception:
             self.recorder.close()
             raise
+        self.authentication = settings.authentication()
+        for warning in self.grant_warnings():
+            log.warning("%s", warning)
+        self.clock = ReplayClock()
         self.service = MemoryService(
-            self.backend, self.recorder, gate=settings.gate, max_content_bytes=settings.max_content_bytes
+            self.backend,
+            self.recorder,
+            gate=settings.gate,
+            max_content_bytes=settings.max_content_bytes,
+            policy=settings.policy,
+            context_args=settings.context_args,
+            clock=self.clock.attribute,
         )
+
+    def grant_warnings(self) -> list[str]:
+        """A warning naming each configured grant pattern that matches no namespace the
+        database has seen (none when it has seen none yet: nothing to compare with)."""
+        if not self.settings.policy.principals:
+            return []
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{self.settings.db}?mode=ro", uri=True)) as db:
+                rows = db.execute(
+                    "SELECT DISTINCT namespace FROM events WHERE namespace IS NOT NULL"
+                ).fetchall()
+        except sqlite3.Error:
+            return []
+        namespaces = [row[0] for row in rows]
+        return self.settings.policy.unmatched(namespaces) if namespaces else []
 
     @property
     def forwarding(self) -> bool:

@@ -31,7 +31,9 @@ async def _serve_stdio(runtime: Runtime) -> None:
     if runtime.upstreams is not None and runtime.forwarding:
         from memtap.proxy.forward import build_forward_server
 
-        server = build_forward_server(runtime.upstreams, runtime.recorder, default_principal=principal)
+        server = build_forward_server(
+            runtime.upstreams, runtime.recorder, default_principal=principal, clock=runtime.clock.attribute
+        )
     else:
         server = build_mcp_server(runtime.service, default_principal=principal)
     async with stdio_streams() as (read, write):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memtap.adapters.base import BackendResult, MemoryBackend
-from memtap.errors import AccessDenied, ContentTooLarge, InvalidArguments, UnknownTool
-from memtap.proxy.context import build_context, build_context_safely
+from memtap.auth import Caller, Policy, Right, best_context, default_requester, local_caller, resolve_context
+from memtap.auth.grants import right_for
+from memtap.auth.resolve import Clock
+from memtap.errors import AccessDenied, BackendError, ContentTooLarge, InvalidArguments, UnknownTool
 from memtap.proxy.policy import GateMode, gate_retrieval, gate_stored
 from memtap.proxy.tools import (
     CONTEXT_FIELDS,
@@ -32,9 +34,6 @@ from memtap.proxy.tools import (
 from memtap.trace.calls import CallRecord, recorded_call
 from memtap.trace.models import AccessTags, Context, Op, Provenance
 from memtap.trace.writer import Recorder
-
-if TYPE_CHECKING:
-    from memtap.proxy.replay_clock import ReplayClock
 
 __all__ = ["DEFAULT_MAX_CONTENT_BYTES", "MemoryService", "ToolOutcome"]
 
@@ -62,24 +61,32 @@ class MemoryService:
         *,
         gate: GateMode = GateMode.OBSERVE,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+        policy: Policy | None = None,
+        context_args: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         self.backend = backend
         self.recorder = recorder
         self.gate = gate
         self.max_content_bytes = max_content_bytes
-        self.clock: ReplayClock | None = None  # set by the app: a replay's marked turn for calls without one
+        self.policy = policy or Policy()
+        self.context_args = context_args
+        self.clock = clock  # a replay's marked turn, filled into calls that name none
 
     async def call_tool(
         self,
         name: str,
         arguments: Mapping[str, Any] | None,
         *,
-        principal: str,
+        caller: Caller | None = None,
+        principal: str | None = None,
         front_door: str,
         client: str | None = None,
         layers: tuple[Mapping[str, Any], ...] = (),
     ) -> ToolOutcome:
-        """Run one tool call; ``layers`` are context sources, weakest first (headers, _meta)."""
+        """Run one tool call for ``caller`` (or a ``local`` caller named ``principal``);
+        ``layers`` are the connection's context sources, weakest first (headers, _meta)."""
+        who = caller if caller is not None else local_caller(principal or "local")
         args_in = dict(arguments or {})
         spec = TOOLS.get(name)
         async with recorded_call(
@@ -89,26 +96,50 @@ class MemoryService:
             front_door=front_door,
             backend=self.backend.name,
             arguments=args_in,
-            fallback_context=lambda: build_context_safely(principal, client, layers),
+            fallback_context=lambda: best_context(
+                who, layers=layers, arguments=args_in, client=client, clock=self.clock
+            ),
         ) as call:
             if spec is None:
                 raise UnknownTool(f"unknown tool {name!r}; this server offers: {', '.join(TOOLS)}")
             args = parse_arguments(spec, args_in)
-            explicit = {key: getattr(args, key) for key in CONTEXT_FIELDS}
-            call.context = context = build_context(
-                principal=principal, client=client, layers=(*layers, explicit)
-            )
-            if self.clock is not None:
-                call.context = context = self.clock.attribute(context)
+            try:
+                call.context = context = resolve_context(
+                    who,
+                    layers=layers,
+                    arguments={key: getattr(args, key) for key in CONTEXT_FIELDS},
+                    client=client,
+                    clock=self.clock,
+                    policy=self.policy,
+                    right=right_for(spec.op),
+                    context_args=self.context_args,
+                )
+            except AccessDenied as exc:
+                call.context = getattr(exc, "context", None)
+                raise
             self._check_secrets(args_in, context)
             self._check_content(args)
+            if isinstance(args, UpdateArgs) and args.access is not None and who.restricted:
+                await self._check_retag(who, context, args.id)
             call.query = args.query if isinstance(args, SearchArgs) else None
             call.start_backend()
             result = await self._dispatch(args, context, call.id)
             call.end_backend()
             call.value, call.effects = result.value, result.effects
-            self._gate(call, args, context.requester or principal)
+            self._gate(call, args, default_requester(self.policy, who, context))
         return ToolOutcome(call.value, is_error=call.error is not None, event_id=call.id)
+
+    async def _check_retag(self, caller: Caller, context: Context, item_id: str) -> None:
+        """Changing an item's access tags takes write (checked already) and, on an item the
+        caller does not own (may not act for its owner), admin."""
+        try:
+            current = (await self.backend.get(context.namespace, item_id)).value
+        except BackendError:
+            return  # the update itself reports the missing item
+        tags = current.get("tags") if isinstance(current, dict) else None
+        owner = (tags or {}).get("owner") or context.namespace
+        if not self.policy.may_act_for(caller, owner):
+            self.policy.check(caller, context.namespace, Right.ADMIN)
 
     def _gate(self, call: CallRecord, args: ContextArgs, requester: str) -> None:
         """Judge what this call is about to disclose; in enforce mode, withhold or refuse."""

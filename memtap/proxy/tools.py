@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from memtap.errors import InvalidArguments
 from memtap.trace.models import Op, Role, Visibility
@@ -58,10 +59,24 @@ class ContextArgs(BaseModel):
 CONTEXT_FIELDS = tuple(ContextArgs.model_fields)
 
 
+def _object_from_json_text(value: object) -> object:
+    """An object argument sent as JSON text (the MCP Inspector sends ``access`` so) is decoded;
+    text that is not a JSON object is left for the field's own validation to refuse."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, dict) else value
+    return value
+
+
 class AddArgs(ContextArgs):
     content: str = Field(..., min_length=1, description="The memory, in plain text")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form JSON metadata")
     access: AccessArg | None = Field(None, description="Access tags; default: private to the namespace")
+
+    _objects = field_validator("metadata", "access", mode="before")(_object_from_json_text)
 
 
 class SearchArgs(ContextArgs):
@@ -85,6 +100,8 @@ class UpdateArgs(ContextArgs):
     content: str | None = Field(None, min_length=1, description="The new content")
     metadata: dict[str, Any] | None = Field(None, description="Replaces the metadata")
     access: AccessArg | None = Field(None, description="Replaces the access tags")
+
+    _objects = field_validator("metadata", "access", mode="before")(_object_from_json_text)
 
     @model_validator(mode="after")
     def _something_changes(self) -> UpdateArgs:
@@ -113,8 +130,29 @@ class ToolSpec:
     destructive: bool
     idempotent: bool
 
-    def input_schema(self) -> dict[str, Any]:
-        return self.args.model_json_schema()
+    def input_schema(self, context_args: bool = False) -> dict[str, Any]:
+        """The JSON schema a model sees: without the context fields unless ``context_args``
+        (they come from the connection: headers, ``_meta``, the key). Calls that still send
+        them are accepted when they agree with the connection (see memtap.auth.resolve)."""
+        schema = self.args.model_json_schema()
+        if context_args:
+            return schema
+        properties = {k: v for k, v in schema["properties"].items() if k not in CONTEXT_FIELDS}
+        schema = {**schema, "properties": properties}
+        if "required" in schema:
+            schema["required"] = [k for k in schema["required"] if k in properties]
+        defs = schema.pop("$defs", {})
+        used: dict[str, Any] = {}
+        text = json.dumps(properties)
+        while True:  # keep the definitions still referenced, and those they reference
+            more = {k: v for k, v in defs.items() if k not in used and f'"#/$defs/{k}"' in text}
+            if not more:
+                break
+            used.update(more)
+            text = json.dumps(used)
+        if used:
+            schema["$defs"] = used
+        return schema
 
 
 TOOLS: dict[str, ToolSpec] = {

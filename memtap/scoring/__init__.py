@@ -12,6 +12,7 @@ from memtap.scoring.compare import COMPARE_FORMAT, compare_scores
 from memtap.scoring.errors import ScoringError, ScoringStrict
 from memtap.scoring.measures import HEADLINE
 from memtap.scoring.score import FORMAT, Scored, latest_score, score_run, score_trace, store_score
+from memtap.scoring.scorers import AnswerScorer, Choice, choose_scorer, make_scorer
 from memtap.scoring.trace import RunTrace, load_run
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "FORMAT",
     "HEADLINE",
     "Aligner",
+    "AnswerScorer",
+    "Choice",
     "Decision",
     "DefaultMatcher",
     "EmbeddingMatcher",
@@ -29,9 +32,11 @@ __all__ = [
     "ScoringError",
     "ScoringStrict",
     "Verdict",
+    "choose_scorer",
     "compare_scores",
     "latest_score",
     "load_run",
+    "make_scorer",
     "score_answer",
     "score_run",
     "score_trace",

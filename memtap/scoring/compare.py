@@ -42,6 +42,13 @@ def compare_scores(
             warnings.append(
                 f"run {side} ({score['run']['id']}) has no answers: its answer measures are undefined"
             )
+    scorers = [(score.get("answer_scorer") or {}).get("name", "strict") for score in (a, b)]
+    if scorers[0] != scorers[1]:
+        warnings.append(
+            "the runs' answers were scored by different answer scorers "
+            f"({scorers[0]} for A, {scorers[1]} for B): their answer measures are not comparable; "
+            "rescore one with --answer-scorer"
+        )
     weights = resample_weights(len(shared), resamples, seed)
     measures = paired_bootstrap(
         HEADLINE, [counts_a[i] for i in shared], [counts_b[i] for i in shared], weights

@@ -46,9 +46,11 @@ def _baseline_row(name: str, b: dict[str, Any]) -> list[str]:
 
 def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
     run, cov = report["run"], report["coverage"]
+    scorer = report.get("answer_scorer") or {"name": "strict", "version": "1"}
     title = (
         f"Score of run {run['id']} (target {run['target']}, reader {run['reader']}, matcher "
-        f"{report['matcher']}): {cov['episodes_scored']} of {cov['episodes_total']} episodes scored, "
+        f"{report['matcher']}, answer scorer {scorer['name']} {scorer['version']}): "
+        f"{cov['episodes_scored']} of {cov['episodes_total']} episodes scored, "
         f"{cov['probes_total']} probes; 95% intervals from {report['bootstrap']['resamples']} episode "
         "resamples"
     )

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from memtap import __version__
 from memtap.probes.schema import Probe
 from memtap.scoring.align import Aligner, DefaultMatcher, Matcher, describe_rows
-from memtap.scoring.answer import Verdict, score_answer
+from memtap.scoring.answer import Verdict
 from memtap.scoring.measures import HEADLINE, baseline_measures, breakdown_measures
 from memtap.scoring.permission import LABELS, classify_permission
 from memtap.scoring.profiles import BASELINES, CATEGORIES, LEVELS, attribute, tally_answer, tally_baselines
 from memtap.scoring.retrieval import score_retrieval
+from memtap.scoring.scorers import AnswerScorer, Choice, choose_scorer
 from memtap.scoring.stats import RESAMPLES, SEED, bootstrap, resample_weights
 from memtap.scoring.storage import StorageView
 from memtap.scoring.trace import Counts, RunTrace, load_run, new_counts, suite_file_sha256
@@ -50,8 +53,23 @@ def _unanswered(record_status: str | None, answer: Any) -> Verdict | None:
     return None
 
 
+def _verdict(scorer: AnswerScorer, trace: Any, record: Any, unscored: Counter[str]) -> Verdict:
+    """A probe of a type the scorer does not know is skipped (answered or not); else an unanswered
+    probe is incorrect; else the scorer's verdict."""
+    probe = record.probe
+    if scorer.types is not None and probe.type not in scorer.types:
+        unscored[probe.type] += 1
+        return Verdict("skip", f"answer scorer {scorer.name} does not score probe type {probe.type}")
+    return _unanswered(record.status, record.answer) or scorer.score(trace.episode, probe, record.answer)
+
+
 def _episode(
-    trace: Any, matcher: Matcher, judge: PermissionJudge, answered: bool, attribution: list[dict[str, Any]]
+    trace: Any,
+    matcher: Matcher,
+    scorer: AnswerScorer,
+    answered: bool,
+    attribution: list[dict[str, Any]],
+    unscored: Counter[str],
 ) -> tuple[Counts, list[dict[str, Any]], list[dict[str, object]], list[dict[str, Any]]]:
     aligner = Aligner(trace.episode, matcher)
     view = StorageView.build(trace, aligner)
@@ -66,9 +84,7 @@ def _episode(
             "leaks": [f"{item}: {why}" for item, why in found.leaked_items],
         }
         if answered:
-            verdict = _unanswered(record.status, record.answer) or score_answer(
-                record.probe, record.answer, judge=judge
-            )
+            verdict = _verdict(scorer, trace, record, unscored)
             if verdict.reason.startswith("unanswered"):
                 counts["answer.unanswered"] += 1
             tally_answer(trace.episode, record, verdict, counts)
@@ -107,18 +123,21 @@ def score_trace(
     *,
     matcher: Matcher | None = None,
     permission_judge: PermissionJudge | None = None,
+    answer_scorer: Choice | None = None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
 ) -> Scored:
     matcher = matcher or DefaultMatcher()
     judge = permission_judge or classify_permission
+    choice = answer_scorer or choose_scorer(None, [t.episode for t in run.episodes], judge=judge)
+    unscored: Counter[str] = Counter()
     answered = run.answered
     per_episode: list[Counts] = []
     detail: list[dict[str, Any]] = []
     wrong: list[dict[str, Any]] = []
     alignments: list[tuple[str, dict[str, Any]]] = []
     for trace in run.episodes:
-        counts, probes, sessions, rows = _episode(trace, matcher, judge, answered, wrong)
+        counts, probes, sessions, rows = _episode(trace, matcher, choice.scorer, answered, wrong, unscored)
         per_episode.append(counts)
         detail.append({"episode": trace.episode.episode_id, "sessions": sessions, "probes": probes})
         alignments += [(trace.episode.episode_id, r) for r in rows]
@@ -151,6 +170,11 @@ def score_trace(
         )
     elif coverage["probes_unanswered"]:
         warnings.append(f"{coverage['probes_unanswered']} probe(s) have no answer and count as wrong")
+    if answered:
+        for kind, n in sorted(unscored.items()):
+            warnings.append(
+                f"answer scorer {choice.scorer.name} does not score probe type {kind}: {n} probe(s) skipped"
+            )
     report = {
         "format": FORMAT,
         "memtap": __version__,
@@ -158,6 +182,7 @@ def score_trace(
         "run": run.run,
         "matcher": getattr(matcher, "name", "custom"),
         "permission_judge": "rules" if judge is classify_permission else "llm",
+        "answer_scorer": choice.describe(),
         "bootstrap": {"resamples": resamples, "seed": seed, "unit": "episode", "interval": 0.95},
         "coverage": coverage,
         "warnings": warnings,
@@ -182,14 +207,23 @@ def score_run(
     *,
     matcher: Matcher | None = None,
     permission_judge: PermissionJudge | None = None,
+    answer_scorer: str | None = None,
+    config: Path | None = None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
 ) -> Scored:
+    """Score a run; ``answer_scorer`` names the answer scorer (None: by the suite's origin)."""
     row = conn.execute("SELECT suite_path FROM runs WHERE id = ?", (run_id,)).fetchone()
     current = suite_file_sha256(row[0]) if row else None
     run = load_run(conn, run_id, current_sha256=current)
+    choice = choose_scorer(answer_scorer, [t.episode for t in run.episodes], config, permission_judge)
     return score_trace(
-        run, matcher=matcher, permission_judge=permission_judge, resamples=resamples, seed=seed
+        run,
+        matcher=matcher,
+        permission_judge=permission_judge,
+        answer_scorer=choice,
+        resamples=resamples,
+        seed=seed,
     )
 
 

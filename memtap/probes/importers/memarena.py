@@ -205,6 +205,7 @@ def _probe(where: str, instance: Any, ask_default: datetime) -> dict[str, Any]:
             "context_tier": instance.get("context_tier"),
             "evidence_sessions": instance.get("evidence_session_ids") or [],
             "source_record": where,
+            "ground_truth": gt,  # what MemArena's scorer reads (memtap score --answer-scorer memarena)
         }
         | {k: True for k in kinds if gt.get(k) or meta.get(k)},
     }

@@ -15,7 +15,11 @@
   ``source``, ``conflict`` (value, source, status, applies_to_target), ``temporal`` (old and new
   value, trigger, reason); MemProbe's gold answer text is kept verbatim as ``gold.answer``;
 - the split flag is ``metadata.split_perturbation`` (a boolean), and the hints object some
-  episodes carry in ``latent_spec.split_perturbation`` is kept as ``metadata.split_hints``.
+  episodes carry in ``latent_spec.split_perturbation`` is kept as ``metadata.split_hints``;
+- the suite remembers its origin (``metadata.source: memprobe``), and the part of the latent spec
+  MemProbe's scorer reads (``gold`` with ``conflict_gold`` and ``temporal_gold``, ``condition``,
+  the canonical values) stays under ``metadata.memprobe``, so ``memtap score`` can reproduce
+  MemProbe's labels (``--answer-scorer memprobe``).
 """
 
 from __future__ import annotations
@@ -203,6 +207,8 @@ def convert(record: Any, where: str) -> list[dict[str, Any] | Problem]:
         "distractor_values",
         "group_role",
         "perturbation_type",
+        "condition",
+        "gold",
     )
     metadata = {
         "source": "memprobe",
