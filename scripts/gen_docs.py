@@ -66,7 +66,9 @@ TABLE_NOTES = {
     "run_episodes": (
         "One row per attempt at an episode in a run, with the fresh `namespace` it was played in, its "
         "`status` (`running`, `done`, `failed`, `interrupted`), the error, sessions, turns and probes done, "
-        "and `timings` (JSON). A run's trace is the events in the namespaces of its `done` attempts."
+        "and `timings` (JSON); `counts` (JSON, canary episodes) says what the replay sent and the target "
+        "acknowledged or refused (writes, updates, searches, probes, escape attempts). A run's trace is the "
+        "events in the namespaces of its `done` attempts (for a canary episode, the namespaces under it)."
     ),
     "run_probes": (
         "The answer to each probe in each attempt: requester, the reader's `answer` (JSON in the probe "

@@ -44,7 +44,7 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")]
     assert applied == [
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
-        "m008_create_purge_receipts",
+        "m008_create_purge_receipts", "m012_add_run_episode_counts",
     ]  # fmt: skip
     assert _columns(db_path, "purge_receipts") == [
         "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",

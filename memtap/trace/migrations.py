@@ -280,3 +280,11 @@ def m008_create_purge_receipts(db: Database) -> None:
         """
     )
     db.execute("CREATE INDEX purge_receipts_item ON purge_receipts(backend, item_id)")
+
+
+@MIGRATIONS()
+def m012_add_run_episode_counts(db: Database) -> None:
+    """What a replay attempt sent and what the target acknowledged (JSON: writes sent, acknowledged
+    and refused, searches, probes, escape attempts refused, ...), which the isolation canary's
+    score checks against the recorded events. (Numbered 012: 007 to 011 are other branches'.)"""
+    db.execute("ALTER TABLE run_episodes ADD COLUMN counts TEXT")
