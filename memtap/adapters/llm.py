@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from memtap.config import ModelEntry, RouteSettings, resolve_secret
 from memtap.errors import ConfigError, ProxyError
+from memtap.jsontext import json_body
 from memtap.proxy.fields import CHAT_FIELDS, EMBEDDING_FIELDS, allowed_fields
 
 __all__ = [
@@ -117,7 +118,7 @@ class Upstream:
         missing = {k: v for k, v in self.defaults.items() if k not in request}
         if not changed and request.get("model") == self.model and not missing:
             return raw
-        return json.dumps({**missing, **request, "model": self.model}, ensure_ascii=False).encode()
+        return json_body({**missing, **request, "model": self.model})  # lone surrogates stay escaped
 
 
 def upstream_from_entry(entry: ModelEntry, route: RouteSettings | None, default_timeout: float) -> Upstream:

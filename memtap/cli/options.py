@@ -14,6 +14,7 @@ __all__ = [
     "content_policy_option",
     "db_option",
     "json_option",
+    "limit_options",
     "loop_options",
     "open_store",
     "parse_host_port",
@@ -48,6 +49,39 @@ def content_policy_option(func: F) -> F:
         help="What the trace keeps of bodies in namespaces matching PATTERN (glob): full, hashed or none "
         "(repeatable; first match wins, before the config's memtap.content_policy; default full).",
     )(func)
+
+
+def limit_options(func: F) -> F:
+    """The caps on client input (memtap.limits), passed on as one ``limits`` argument."""
+    import functools
+
+    from memtap.limits import DEFAULT_LIMITS, Limits
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["limits"] = Limits(
+            max_field_chars=kwargs.pop("max_field_chars"),
+            max_metadata_bytes=kwargs.pop("max_metadata_bytes"),
+            max_json_depth=kwargs.pop("max_json_depth"),
+            max_header_bytes=kwargs.pop("max_header_bytes"),
+        )
+        return func(*args, **kwargs)
+
+    options = [
+        ("--max-field-chars", DEFAULT_LIMITS.max_field_chars, 16,
+         "Longest namespace, session, run, id, principal or X-Memtap-* header, in characters."),
+        ("--max-metadata-bytes", DEFAULT_LIMITS.max_metadata_bytes, 2,
+         "Largest memory metadata, in bytes of compact UTF-8 JSON."),
+        ("--max-json-depth", DEFAULT_LIMITS.max_json_depth, 4,
+         "Deepest nesting of a /v1 request body or of memory metadata."),
+        ("--max-header-bytes", DEFAULT_LIMITS.max_header_bytes, 1024,
+         "Largest HTTP header value, in bytes (64 times this for all headers)."),
+    ]  # fmt: skip
+    decorated: Any = wrapper
+    for flag, default, least, text in reversed(options):
+        decorated = click.option(flag, type=click.IntRange(min=least), default=default, show_default=True,
+                                 help=text)(decorated)  # fmt: skip
+    return decorated  # type: ignore[no-any-return]
 
 
 def json_option(func: F) -> F:

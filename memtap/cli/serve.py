@@ -4,19 +4,25 @@ OpenAI-compatible chat proxy over the upstreams of a config file."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
     content_policy_option,
     db_option,
+    limit_options,
     loop_options,
     parse_host_port,
     resolve_db,
     serving_config,
 )
+
+if TYPE_CHECKING:
+    from memtap.limits import Limits
 
 DEFAULT_HTTP = "127.0.0.1:8750"
 
@@ -51,6 +57,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     show_default=True,
     help="Largest memory content, in UTF-8 bytes.",
 )
+@limit_options
 @click.option(
     "--config",
     "config_path",
@@ -59,6 +66,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
 )
 @content_policy_option
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
+@jwt_options
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 def serve(
     http: str | None,
@@ -72,10 +80,12 @@ def serve(
     act_for: tuple[str, ...],
     context_args: bool | None,
     max_content_bytes: int,
+    limits: Limits,
     config_path: Path | None,
     content_policy: tuple[str, ...],
     console_spans: bool,
     verbose: bool,
+    **jwt_flags: str | None,
 ) -> None:
     """Serve memory tools over MCP (stdio and/or streamable HTTP), recording every call."""
     import anyio
@@ -85,6 +95,9 @@ def serve(
     from memtap.trace.privacy import parse_policy_rules
 
     config, keys = serving_config(config_path, api_keys, verbose)
+    bearer_jwts = jwt_authenticators(config, **jwt_flags)
+    if bearer_jwts and gate is None:  # credentials are required: enforce, unless the config says
+        gate = config.memtap.gate or "enforce"
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
@@ -92,7 +105,9 @@ def serve(
         config=config,
         default_principal=principal,
         max_content_bytes=max_content_bytes,
+        limits=limits,
         **auth_settings(config, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
+        authenticators=bearer_jwts,
         console_spans=console_spans,
         content_policy=parse_policy_rules(content_policy),
     )

@@ -43,7 +43,14 @@ from memtap.auth import (
 )
 from memtap.errors import AccessDenied, InvalidArguments
 from memtap.proxy.fields import CHAT_FIELDS, check_types, forwardable, recorded, refuse_redirects
-from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
+from memtap.proxy.http import (
+    RequestProblem,
+    headers_of,
+    parse_object,
+    read_body,
+    refuse_unencodable,
+    send_bytes,
+)
 from memtap.proxy.memory_layer import MemoryLayer, Recall
 from memtap.proxy.sse import complete_prefix, summarise_stream
 from memtap.trace.calls import CallRecord, recorded_call
@@ -247,6 +254,8 @@ class ChatProxy:
                 call.links.append(recall.event_id)
         stream = request.get("stream") is True
         passthrough = upstream.via == "passthrough"
+        if not passthrough:  # litellm re-encodes the request: refuse what it cannot encode
+            refuse_unencodable(outgoing)
         changed = bool(recall.memories) or not raw  # no raw bytes: fields were dropped from them
         body = upstream.prepare(outgoing, raw, changed=changed) if passthrough else b""
         reply: str | None = None

@@ -27,7 +27,14 @@ from memtap.config import ConfigFile
 from memtap.errors import AccessDenied, InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
 from memtap.proxy.fields import EMBEDDING_FIELDS, check_types, forwardable, recorded, refuse_redirects
-from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
+from memtap.proxy.http import (
+    RequestProblem,
+    headers_of,
+    parse_object,
+    read_body,
+    refuse_unencodable,
+    send_bytes,
+)
 from memtap.proxy.memory_layer import MemoryLayer
 from memtap.proxy.service import MemoryService
 from memtap.trace.calls import recorded_call
@@ -163,6 +170,8 @@ class OpenAIFrontDoor:
                 _check_embedding_request(request, local=embedder is not None)
                 refuse_redirects(dropped)
                 check_types(request, allowed)
+                if embedder is not None or (upstream is not None and upstream.via != "passthrough"):
+                    refuse_unencodable(request["input"], "input")
                 try:
                     call.context = resolve_context(
                         who, layers=context_layers(request, headers), client=headers.get("user-agent")
