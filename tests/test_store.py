@@ -44,13 +44,20 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")]
     assert applied == [
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
-        "m008_create_purge_receipts", "m012_add_run_episode_counts",
+        "m008_create_purge_receipts", "m012_add_run_episode_counts", "m017_create_hw_samples",
     ]  # fmt: skip
     assert _columns(db_path, "purge_receipts") == [
         "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",
         "contents",
     ]  # fmt: skip
     assert applied == [m.name for m in MIGRATIONS._migrations]
+    assert _columns(db_path, "hw_samples") == [
+        "run_id", "device", "ts", "power_w", "energy_j", "gpu_util", "mem_util", "mem_used_mb", "temp_c",
+        "sm_clock_mhz", "mem_clock_mhz", "cpu_util", "cpu_busy_s", "proc_cpu_s", "error",
+    ]  # fmt: skip
+    assert {"replay_run_id", "baseline_until_ts", "dropped", "gaps", "sampler_cpu_s"} <= set(
+        _columns(db_path, "hw_runs")
+    )
     assert {"total_ms", "parent_id", "model", "provider", "input_tokens", "output_tokens", "ttft_ms",
             "memory_ms", "links"} <= set(_columns(db_path, "events"))  # fmt: skip
 

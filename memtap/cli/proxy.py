@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memtap.cli.hw import hw_options, hw_session
 from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
@@ -154,6 +155,7 @@ class _ProxyGroup(click.Group):
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
 @content_policy_option
 @auth_options
+@hw_options
 @limit_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @jwt_options
@@ -180,6 +182,9 @@ def proxy(
     grants: tuple[str, ...],
     act_for: tuple[str, ...],
     context_args: bool | None,
+    hw_probe: bool,
+    hw_interval: float,
+    hw_baseline: float,
     limits: Limits,
     console_spans: bool,
     verbose: bool,
@@ -226,7 +231,8 @@ def proxy(
         content_policy=parse_policy_rules(content_policy),
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
-    anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
+    with hw_session(hw_probe, settings.db, hw_interval, hw_baseline, "proxy"):
+        anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
 
 
 async def _explain(servers: dict[str, Any], inherit: bool, timeout: float | None) -> None:
