@@ -34,7 +34,7 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
     )
     assert _columns(db_path, "effects") == [
         "event_id", "seq", "kind", "backend", "namespace", "item_id", "content_before", "content_after",
-        "tags_before", "tags_after", "rank", "score", "derived_from",
+        "tags_before", "tags_after", "rank", "score", "derived_from", "reconciled", "evidence",
     ]  # fmt: skip
     assert {"item_id", "version", "valid_from", "valid_to", "retrieved_count"} <= set(
         _columns(db_path, "items")
@@ -44,7 +44,8 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")]
     assert applied == [
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
-        "m008_create_purge_receipts", "m012_add_run_episode_counts", "m017_create_hw_samples",
+        "m008_create_purge_receipts", "m009_add_reconciled_effects", "m012_add_run_episode_counts",
+        "m017_create_hw_samples",
     ]  # fmt: skip
     assert _columns(db_path, "purge_receipts") == [
         "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",

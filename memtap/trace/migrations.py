@@ -283,6 +283,14 @@ def m008_create_purge_receipts(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m009_add_reconciled_effects(db: Database) -> None:
+    """Effects found by reading a backend's state rather than observed on the call
+    (``reconciled`` 1), with the evidence as JSON: what was read, when and why."""
+    db.execute("ALTER TABLE effects ADD COLUMN reconciled INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE effects ADD COLUMN evidence TEXT")
+
+
+@MIGRATIONS()
 def m012_add_run_episode_counts(db: Database) -> None:
     """What a replay attempt sent and what the target acknowledged (JSON: writes sent, acknowledged
     and refused, searches, probes, escape attempts refused, ...), which the isolation canary's

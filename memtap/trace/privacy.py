@@ -264,9 +264,13 @@ class TracePrivacy:
             effect.content_before = receipt(effect.content_before, policy)
         if effect.content_after is not None:
             effect.content_after = receipt(effect.content_after, policy)
+        if effect.evidence is not None:  # what reconciliation read: the backend's own state
+            effect.evidence = {"receipt": receipt(effect.evidence, policy)}
 
     def _redact_event(self, event: TraceEvent) -> None:
-        effects = [(e.item_id, e.namespace, e.content_before, e.content_after) for e in event.effects]
+        effects = [
+            (e.item_id, e.namespace, e.content_before, e.content_after, e.evidence) for e in event.effects
+        ]
         # The parts as plain values: a fifth of the cost of encoding the whole model.
         parts = [event.arguments, event.result, event.error, event.gate, event.model, event.tool]
         if not self.contains_secret([*parts, list(event.context.__dict__.values()), effects]):
@@ -292,6 +296,8 @@ class TracePrivacy:
                 effect.content_before = fn(effect.content_before)
             if effect.content_after is not None:
                 effect.content_after = fn(effect.content_after)
+            if effect.evidence is not None:
+                effect.evidence = _map_strings(effect.evidence, fn)
 
 
 class RedactingFilter(logging.Filter):

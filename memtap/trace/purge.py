@@ -289,6 +289,23 @@ class _Purge:
                 self.conn.execute("UPDATE scores SET json = ? WHERE rowid = ?", (new, rowid))
                 self.count("scores", 1)
 
+    def scrub_evidence(self, items: list[PurgedItem], texts: list[str]) -> None:
+        """What reconciliation read of the items (``effects.evidence``) quotes their state."""
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(effects)")}
+        if "evidence" not in columns or not texts:
+            return
+        for item in items:
+            rows = self.conn.execute(
+                "SELECT rowid, evidence FROM effects"
+                " WHERE backend = ? AND item_id = ? AND evidence IS NOT NULL",
+                (item.backend, item.item_id),
+            ).fetchall()
+            for rowid, evidence in rows:
+                new = scrub_text(evidence, texts)
+                if new != evidence:
+                    self.conn.execute("UPDATE effects SET evidence = ? WHERE rowid = ?", (new, rowid))
+                    self.count("effects", 1)
+
     def write_receipts(self, items: list[PurgedItem], by: str) -> None:
         at = utc_now().isoformat()
         for item in items:
@@ -366,6 +383,7 @@ def purge(
             job.scrub_events(events, namespace, texts)
             job.scrub_runs(namespace, texts)
             job.scrub_scores(items, texts)
+            job.scrub_evidence(items, texts)
             job.write_receipts(items, by)
         except BaseException:
             conn.execute("ROLLBACK")
