@@ -129,11 +129,28 @@ class RouteSettings(BaseModel):
 
     memory: MemoryMode | None = None
     via: Literal["auto", "passthrough", "litellm"] = "auto"
+    extra_fields: list[str] = Field(
+        default_factory=list,
+        description="request fields beyond OpenAI's to forward to this route (vendor extensions)",
+    )
 
     @field_validator("memory", mode="before")
     @classmethod
     def _yaml_off(cls, value: object) -> object:
         return _mode_from_yaml(value)
+
+    @field_validator("extra_fields")
+    @classmethod
+    def _no_connection_fields(cls, value: list[str]) -> list[str]:
+        from memtap.proxy.fields import is_forbidden
+
+        bad = [name for name in value if is_forbidden(name)]
+        if bad:
+            raise ValueError(
+                f"{', '.join(bad)} may choose where a call goes or carry credentials; "
+                "memtap never forwards such fields from a request"
+            )
+        return value
 
 
 class EmbedderSettings(BaseModel):
@@ -220,6 +237,10 @@ class MemtapSection(BaseModel):
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     routes: dict[str, RouteSettings] = Field(default_factory=dict)
     embeddings: dict[str, EmbedderSettings] = Field(default_factory=dict)
+    content_policy: dict[str, Literal["full", "hashed", "none"]] = Field(
+        default_factory=dict,
+        description="namespace glob: full, hashed or none (what the trace keeps of bodies; first match wins)",
+    )
     gate: Literal["observe", "enforce"] | None = Field(
         default=None, description="default: enforce when keys or principals are configured, else observe"
     )

@@ -44,8 +44,12 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")]
     assert applied == [
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
-        "m009_add_reconciled_effects", "m012_add_run_episode_counts", "m017_create_hw_samples",
-        "m019_create_ui_indexes",
+        "m008_create_purge_receipts", "m009_add_reconciled_effects", "m012_add_run_episode_counts",
+        "m017_create_hw_samples", "m019_create_ui_indexes",
+    ]  # fmt: skip
+    assert _columns(db_path, "purge_receipts") == [
+        "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",
+        "contents",
     ]  # fmt: skip
     assert applied == [m.name for m in MIGRATIONS._migrations]
     assert _columns(db_path, "hw_samples") == [

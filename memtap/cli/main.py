@@ -45,11 +45,12 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from memtap.cli import demo, hw, items, proxy, replay, score, serve, suite, trace, ui, verify
+    from memtap.cli import demo, hw, items, proxy, purge, replay, score, serve, suite, trace, ui, verify
 
     cli.add_command(serve.serve)
     cli.add_command(trace.trace)
     cli.add_command(items.items)
+    cli.add_command(purge.purge)
     cli.add_command(demo.demo)
     cli.add_command(proxy.proxy)
     cli.add_command(proxy.init_config)

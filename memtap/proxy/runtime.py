@@ -20,6 +20,7 @@ from memtap.limits import DEFAULT_LIMITS, Limits, install
 from memtap.proxy.policy import GateMode
 from memtap.proxy.replay_clock import ReplayClock
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
+from memtap.trace.privacy import ContentPolicy, PolicyName, TracePrivacy, secrets_of
 from memtap.trace.writer import Recorder
 
 if TYPE_CHECKING:
@@ -75,6 +76,15 @@ class Settings:
     upstream_eager: bool = True
     upstream_timeout: float | None = None
     upstream_inherit_env: bool = False
+    # --content-policy PATTERN=POLICY rules; they come before the config's memtap.content_policy.
+    content_policy: list[tuple[str, PolicyName]] = field(default_factory=list)
+
+    def privacy(self) -> TracePrivacy:
+        """The content policy (command-line rules first, then the config's) and every configured secret."""
+        rules = [*self.content_policy, *self.config.memtap.content_policy.items()]
+        return TracePrivacy(
+            ContentPolicy(rules), secrets_of(self.config, self.api_keys, self.upstreams.values())
+        )
 
     @property
     def authenticated(self) -> bool:
@@ -107,6 +117,7 @@ class Runtime:
         self.settings = settings
         install(settings.limits)  # the caps are per process; the front doors read them
         self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
+        self.recorder.privacy = settings.privacy()
         self.recorder.start()
         self.upstreams: UpstreamPool | None = None
         servers = dict(settings.upstreams)

@@ -259,6 +259,30 @@ def m006_create_scores(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m008_create_purge_receipts(db: Database) -> None:
+    """``memtap purge``: one receipt per purged item (what was removed, its hashes and sizes,
+    when and by whom); the content itself is gone from every table. (Numbered 008: 005 and
+    007 are taken on other branches.)"""
+    db.execute(
+        """
+        CREATE TABLE purge_receipts (
+            id INTEGER PRIMARY KEY,
+            purge_id TEXT NOT NULL,
+            purged_at TEXT NOT NULL,
+            purged_by TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            backend TEXT NOT NULL,
+            item_id TEXT NOT NULL,
+            namespace TEXT,
+            versions INTEGER NOT NULL,
+            contents TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX purge_receipts_item ON purge_receipts(backend, item_id)")
+
+
+@MIGRATIONS()
 def m009_add_reconciled_effects(db: Database) -> None:
     """Effects found by reading a backend's state rather than observed on the call
     (``reconciled`` 1), with the evidence as JSON: what was read, when and why."""

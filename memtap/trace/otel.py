@@ -74,6 +74,8 @@ def configure_tracing(*, console: bool = False) -> bool:
         SpanExporter,
     )
 
+    from memtap.trace.otel_redact import RedactingExporter
+
     provider = TracerProvider(resource=Resource.create({"service.name": "memtap"}))
     if otlp:
         protocol = os.environ.get(
@@ -88,9 +90,11 @@ def configure_tracing(*, console: bool = False) -> bool:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GRPCExporter
 
             exporter = GRPCExporter()
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(BatchSpanProcessor(RedactingExporter(exporter)))
     if console:
-        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+        provider.add_span_processor(
+            SimpleSpanProcessor(RedactingExporter(ConsoleSpanExporter(out=sys.stderr)))
+        )
     trace.set_tracer_provider(provider)
     _configured = True
     return True
@@ -154,6 +158,7 @@ def finish_memory_span(span: Span, event: TraceEvent, query: str | None = None) 
             "gen_ai.operation.name": operation,
             "openinference.span.kind": _SPAN_KINDS.get(event.op, "TOOL"),
             "memtap.op": event.op.value,
+            "gen_ai.tool.name": event.tool,  # as recorded: a configured secret is redacted
         }
     )
     span.set_attributes(_context_attributes(event.context))
@@ -199,6 +204,8 @@ def finish_chat_span(span: Span, event: TraceEvent) -> None:
     if not span.is_recording():
         return
     span.set_attribute("memtap.event_id", event.id)
+    span.update_name(f"chat {event.model or event.tool}")  # the model as recorded (secrets redacted)
+    span.set_attribute("gen_ai.request.model", event.model or event.tool)
     span.set_attributes(_context_attributes(event.context))
     result = event.result if isinstance(event.result, dict) else {}
     attrs: dict[str, Any] = {}

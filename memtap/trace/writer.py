@@ -32,6 +32,7 @@ from pathlib import Path
 
 from memtap.errors import StoreError
 from memtap.trace.models import TraceEvent
+from memtap.trace.privacy import TracePrivacy
 from memtap.trace.store import TraceStore
 
 __all__ = ["Recorder", "RecorderStats"]
@@ -98,6 +99,8 @@ class Recorder:
         # writer thread from taking the GIL from the event loop after every call.
         self.linger_s = 0.0 if durable else linger_s
         self.stats = RecorderStats()
+        # Applied to every event before it is recorded (recorded_call): content policy, secrets.
+        self.privacy = TracePrivacy()
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
         self._store: TraceStore | None = None
