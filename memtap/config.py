@@ -29,6 +29,7 @@ from memtap.config_servers import (
     check_server_entry,
 )
 from memtap.errors import ConfigError
+from memtap.findings.settings import FindingsSettings
 
 __all__ = [
     "ApiKeyEntry",
@@ -224,6 +225,7 @@ class MemtapSection(BaseModel):
     )
     principals: dict[str, PrincipalEntry] = Field(default_factory=dict)
     context_args: bool = Field(default=False, description="context fields in model-facing tool schemas")
+    findings: FindingsSettings = Field(default_factory=lambda: FindingsSettings())
 
     @field_validator("principals")
     @classmethod

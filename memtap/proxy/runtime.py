@@ -16,6 +16,7 @@ from memtap.adapters.registry import open_backend
 from memtap.auth import ApiKeyAuthenticator, Authentication, Authenticator, LocalAuthenticator, Policy
 from memtap.config import ConfigFile, McpServerConfig, parse_api_keys
 from memtap.errors import ConfigError
+from memtap.findings.live import start_live_findings
 from memtap.proxy.policy import GateMode
 from memtap.proxy.replay_clock import ReplayClock
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
@@ -104,6 +105,7 @@ class Runtime:
         self.settings = settings
         self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
         self.recorder.start()
+        self.findings = start_live_findings(settings.db, settings.config.memtap.findings, self.recorder)
         self.upstreams: UpstreamPool | None = None
         servers = dict(settings.upstreams)
         kind, _, wrapped = settings.config.memtap.backend.partition(":")
@@ -131,6 +133,8 @@ class Runtime:
                 self.backend = open_backend(settings.config, settings.db)
         except Exception:
             self.recorder.close()
+            if self.findings is not None:
+                self.findings.close()
             raise
         self.authentication = settings.authentication()
         for warning in self.grant_warnings():
@@ -170,3 +174,5 @@ class Runtime:
     async def aclose(self) -> None:
         await self.backend.close()
         self.recorder.close()
+        if self.findings is not None:
+            self.findings.close()

@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,9 @@ class Recorder:
         self._store: TraceStore | None = None
         self._closing = threading.Event()
         self._idle = threading.Condition()
+        # Called on the writer thread with each committed batch (live findings): a callback
+        # must only hand the events on, never block; one that raises is logged and skipped.
+        self.after_commit: list[Callable[[list[TraceEvent]], None]] = []
 
     @property
     def spill_path(self) -> Path:
@@ -217,6 +221,11 @@ class Recorder:
                 self._idle.notify_all()
             for _, done in batch:
                 done.set_result(None)
+            for callback in self.after_commit:
+                try:
+                    callback(events)
+                except Exception:
+                    log.exception("recorder: an after-commit callback failed")
             return
         self._spill(events, error)
         for _, done in batch:
