@@ -34,13 +34,13 @@ def test_check_fails_the_overwriting_backends_replay_and_passes_the_builtin_ones
     target = f"mcp:{config}:memory"
     assert _cli("replay", str(suite), "--target", target, "--reader", "none", "--db", str(faulty_db))[0] == 0
 
-    code, out, err = _cli("check", "--db", str(faulty_db), "--fail-on", "high", "--json")
+    code, out, _ = _cli("check", "--db", str(faulty_db), "--fail-on", "high", "--json")
     assert code == 1
     flagged = [json.loads(line) for line in out.splitlines()]
     erased = [f for f in flagged if f["kind"] == "erasure" and f["severity"] == "high"]
     assert erased and all(f["evidence"]["requested_by_call"] is False for f in erased)
     assert all(f["evidence"]["removed"] == "delete" and f["evidence"]["lost_facts"] for f in erased)
 
-    code, out, err = _cli("check", "--db", str(builtin_db), "--fail-on", "high", "--json")
+    code, out, _ = _cli("check", "--db", str(builtin_db), "--fail-on", "high", "--json")
     assert code == 0, out
     assert all(json.loads(line)["severity"] in ("info", "low", "medium") for line in out.splitlines())
