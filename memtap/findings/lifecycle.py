@@ -32,7 +32,7 @@ __all__ = [
     "UntrustedOverwrite",
 ]
 
-_DUPLICATE_SCAN_LIMIT = 2000  # live items compared per write, per namespace
+_DUPLICATE_SCAN_LIMIT = 500  # live items of a similar size compared per write, newest first
 
 
 def touched(event: TraceEvent) -> set[tuple[str, str]]:
@@ -60,7 +60,7 @@ def surviving(
     for item in state.live_items(namespace):
         if (item.backend, item.item_id) in skip:
             continue
-        if fact in item.facts or padded in f" {normalise(item.content)} ":
+        if fact in item.facts or padded in item.normalised:
             return True
     return False
 
@@ -339,12 +339,19 @@ class Duplicate:
             if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
                 continue
             namespace = effect_namespace(event, eff)
-            for n, item in enumerate(state.live_items(namespace)):
+            norm = normalise(eff.content_after)
+            mine = frozenset(norm.split())
+            if not mine:
+                continue
+            # Jaccard >= 0.9 needs word sets within 10% of each other's size: only those are compared.
+            low, high = len(mine) * 0.9, len(mine) / 0.9
+            for n, item in enumerate(state.similar_size(namespace, low, high)):
                 if n >= _DUPLICATE_SCAN_LIMIT:
                     break
+                theirs = item.words
                 if (item.backend, item.item_id) in skip:
                     continue
-                if near_equal(item.content, eff.content_after):
+                if item.normalised.strip() == norm or len(mine & theirs) >= 0.9 * len(mine | theirs):
                     yield finding_for(
                         self,
                         event,

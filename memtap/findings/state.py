@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from memtap.findings.facts import facts, normalise
@@ -34,9 +35,18 @@ class LiveItem:
     event_id: str
     live: bool = True
 
-    @property
+    @cached_property
     def facts(self) -> frozenset[str]:
         return facts(self.content)
+
+    @cached_property
+    def normalised(self) -> str:
+        """The content normalised and padded with spaces, for whole-phrase lookups."""
+        return f" {normalise(self.content)} "
+
+    @cached_property
+    def words(self) -> frozenset[str]:
+        return frozenset(self.normalised.split())
 
 
 @dataclass
@@ -52,6 +62,8 @@ class TraceState:
     items: dict[tuple[str, str], LiveItem] = field(default_factory=dict)
     live: dict[str, dict[tuple[str, str], LiveItem]] = field(default_factory=dict)
     live_facts: dict[str, Counter[str]] = field(default_factory=dict)
+    # Live items by namespace and by the size of their word set: near-duplicate candidates.
+    by_size: dict[str, dict[int, dict[tuple[str, str], LiveItem]]] = field(default_factory=dict)
     turns: dict[tuple[str, str | None], deque[str]] = field(default_factory=dict)
     removals: dict[tuple[str, str, str | None, str | None], list[Removal]] = field(default_factory=dict)
     events_seen: int = 0
@@ -72,7 +84,7 @@ class TraceState:
         for text in besides:
             if fact in facts(text) or padded in f" {normalise(text)} ":
                 return True
-        return any(padded in f" {normalise(item.content)} " for item in self.live_items(namespace))
+        return any(padded in item.normalised for item in self.live_items(namespace))
 
     def user_turns(self, namespace: str, session: str | None) -> list[str]:
         return list(self.turns.get((namespace, session), ()))
@@ -122,6 +134,7 @@ class TraceState:
                 self.items[key] = item
                 self.live.setdefault(namespace, {})[key] = item
                 self.live_facts.setdefault(namespace, Counter()).update(item.facts)
+                self.by_size.setdefault(namespace, {}).setdefault(len(item.words), {})[key] = item
         if (
             event.status == "ok"
             and event.op in (Op.WRITE, Op.UPDATE)
@@ -135,6 +148,17 @@ class TraceState:
         counter = self.live_facts.get(item.namespace)
         if counter is not None:
             counter.subtract(item.facts)
+        sized = self.by_size.get(item.namespace, {}).get(len(item.words))
+        if sized is not None:
+            sized.pop((item.backend, item.item_id), None)
+
+    def similar_size(self, namespace: str, low: float, high: float) -> Iterator[LiveItem]:
+        """Live items of ``namespace`` whose word set has between ``low`` and ``high`` words."""
+        sizes = self.by_size.get(namespace, {})
+        for size in range(max(0, int(low)), int(high) + 1):
+            bucket = sizes.get(size)
+            if bucket:
+                yield from reversed(bucket.values())
 
     @staticmethod
     def _turn_key(event: TraceEvent) -> tuple[str, str, str | None, str | None]:
