@@ -34,7 +34,16 @@ NAMESPACES = 200
 def mixed_events(n: int, seed: int = 7) -> list[Any]:
     """n events: 60% adds, 10% updates, 5% deletes, 25% searches (10 hits), over NAMESPACES."""
     from memtap.ids import new_id
-    from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent, utc_now
+    from memtap.trace.models import (
+        AccessTags,
+        Context,
+        EffectKind,
+        MemoryEffect,
+        Op,
+        Role,
+        TraceEvent,
+        utc_now,
+    )
 
     rng = random.Random(seed)
     live: dict[str, list[tuple[str, str]]] = {}
@@ -58,13 +67,15 @@ def mixed_events(n: int, seed: int = 7) -> list[Any]:
             content = sentence(rng)
             items[at] = (item_id, content)
             op, tool, args = Op.UPDATE, "memory_update", {"id": item_id, "content": content}
-            effects = [MemoryEffect(kind=EffectKind.UPDATE, item_id=item_id, namespace=ns, content_before=before,
-                                    content_after=content)]  # fmt: skip
+            effects = [MemoryEffect(kind=EffectKind.UPDATE, item_id=item_id, namespace=ns,
+                                    content_before=before, content_after=content)]  # fmt: skip
             gate = None
         elif roll < 0.75:
             item_id, before = items.pop(rng.randrange(len(items)))
             op, tool, args = Op.DELETE, "memory_delete", {"id": item_id}
-            effects = [MemoryEffect(kind=EffectKind.DELETE, item_id=item_id, namespace=ns, content_before=before)]
+            effects = [
+                MemoryEffect(kind=EffectKind.DELETE, item_id=item_id, namespace=ns, content_before=before)
+            ]
             gate = None
         else:
             hits = rng.sample(items, min(10, len(items)))
@@ -72,9 +83,9 @@ def mixed_events(n: int, seed: int = 7) -> list[Any]:
             effects = [MemoryEffect(kind=EffectKind.RETRIEVE, item_id=h[0], namespace=ns, content_after=h[1],
                                     rank=r, score=10.0 - r) for r, h in enumerate(hits, 1)]  # fmt: skip
             gate = "observe:allow"
-        events.append(TraceEvent(id=new_id(), started_at=now, ended_at=now, front_door="bench", backend="builtin",
-                                 tool=tool, op=op, context=ctx, arguments=args, effects=effects, gate=gate,
-                                 backend_ms=0.2, overhead_ms=0.05))  # fmt: skip
+        events.append(TraceEvent(id=new_id(), started_at=now, ended_at=now, front_door="bench",
+                                 backend="builtin", tool=tool, op=op, context=ctx, arguments=args,
+                                 effects=effects, gate=gate, backend_ms=0.2, overhead_ms=0.05))  # fmt: skip
     return events
 
 
@@ -146,7 +157,9 @@ def check_part(tmp: Path, n: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--live", type=int, default=50_000, help="events for the live part (0: skip)")
     parser.add_argument("--check", type=int, default=1_000_000, help="events for the check part (0: skip)")
     args = parser.parse_args()
