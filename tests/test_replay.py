@@ -274,6 +274,7 @@ def test_blank_database_has_the_run_tables() -> None:
         "error",
         "timings",
         "sessions_done",
+        "counts",
     } <= set(columns["run_episodes"])
     assert {"probe_id", "requester", "answer", "retrieved", "latency_ms"} <= set(columns["run_probes"])
 

@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
     db_option,
     json_option,
+    limit_options,
     loop_options,
     parse_host_port,
     resolve_db,
@@ -34,6 +36,7 @@ from memtap.errors import ConfigError, MemtapError
 
 if TYPE_CHECKING:
     from memtap.config import ConfigFile
+    from memtap.limits import Limits
 
 __all__ = ["init_config", "proxy"]
 
@@ -149,11 +152,14 @@ class _ProxyGroup(click.Group):
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
 @auth_options
+@limit_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
+@jwt_options
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
 def proxy(
     ctx: click.Context,
+    /,
     config: Path | None,
     stdio: bool,
     http: str | None,
@@ -171,8 +177,10 @@ def proxy(
     grants: tuple[str, ...],
     act_for: tuple[str, ...],
     context_args: bool | None,
+    limits: Limits,
     console_spans: bool,
     verbose: bool,
+    **jwt_flags: str | None,
 ) -> None:
     """Wrap MCP servers (a config's mcpServers, or one command after --) and record every call.
 
@@ -195,14 +203,18 @@ def proxy(
     if explain:
         anyio.run(lambda: _explain(servers, inherit, timeout))
         return
+    bearer_jwts = jwt_authenticators(loaded, **jwt_flags)
+    gate = (loaded.memtap.gate or "enforce") if bearer_jwts else None
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
         api_keys=keys,
         config=loaded,
         default_principal=principal,
+        limits=limits,
         console_spans=console_spans,
-        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args),
+        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
+        authenticators=bearer_jwts,
         upstreams=servers,
         upstream_eager=start == "eager",
         upstream_timeout=timeout,

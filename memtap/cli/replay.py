@@ -119,6 +119,11 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     "--top-k", type=click.IntRange(1, 100), default=5, show_default=True, help="Memories per probe."
 )
 @click.option(
+    "--gate",
+    type=click.Choice(["observe", "enforce"]),
+    help="The access gate of the memtap serve the builtin target starts (default: the server's own).",
+)
+@click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
 )
 @json_option
@@ -133,6 +138,7 @@ def replay(
     db: Path | None,
     server: str | None,
     top_k: int,
+    gate: str | None,
     progress: bool | None,
     as_json: bool,
 ) -> None:
@@ -153,10 +159,10 @@ def replay(
     suite = load_suite(suite_file)
     answerer = make_reader(reader, config_file)
     path = resolve_db(db)
-    the_target = make_target(target, db=path, server_url=server)
+    the_target = make_target(target, db=path, server_url=server, gate=gate)
     store = RunStore(path)
     try:
-        config = {"workers": workers, "top_k": top_k, "server": server, "reader": reader}
+        config = {"workers": workers, "top_k": top_k, "server": server, "reader": reader, "gate": gate}
         plan = _plan(store, suite, target, reader, run, resume, config)
         show = sys.stderr.isatty() if progress is None else progress
         try:

@@ -14,7 +14,7 @@ from memtap.cli.options import json_option
 __all__ = ["suite"]
 
 IMPORT_KINDS = ("memprobe", "dyadmem", "locomo", "longmemeval", "memarena")
-GEN_KINDS = ("paradigms", "permission", "abstention", "lifecycle")
+GEN_KINDS = ("paradigms", "permission", "abstention", "lifecycle", "canary")
 
 _output = click.option(
     "-o",
@@ -125,20 +125,53 @@ def import_(kind: str, file: Path, output: str, skip_malformed: bool) -> None:
     type=click.Path(path_type=Path),
     help="Config file whose model_list names the --paraphrase MODEL.",
 )
+@click.option("--users", type=int, help="canary: how many users (namespaces) [default: 8].")
+@click.option("--writes", type=int, help="canary: writes, spread over the users [default: 2000].")
+@click.option("--updates", type=int, help="canary: updates of earlier writes [default: 200].")
+@click.option("--searches", type=int, help="canary: searches of a user's own namespace [default: 200].")
+@click.option("--canaries", type=int, help="canary: secret canaries per user [default: 3].")
+@click.option(
+    "--shared-namespace",
+    is_flag=True,
+    help="canary: every other user also writes a canary to one namespace all users read.",
+)
 def gen(
-    kind: str, seed: int, episodes: int, output: str, paraphrase: str | None, config: Path | None
+    kind: str,
+    seed: int,
+    episodes: int,
+    output: str,
+    paraphrase: str | None,
+    config: Path | None,
+    users: int | None,
+    writes: int | None,
+    updates: int | None,
+    searches: int | None,
+    canaries: int | None,
+    shared_namespace: bool,
 ) -> None:
     """Generate a suite deterministically from a seed (no LLM unless --paraphrase).
 
     KIND is paradigms (the four MemProbe paradigms, matched update/preserve pairs),
     permission (multi-party ALLOW/DENY), abstention (fabricated premises and grounded foils)
-    or lifecycle (DyadMem-style capture and update gold)."""
-    from memtap.probes.generators import generate
+    or lifecycle (DyadMem-style capture and update gold), or canary (the isolation canary:
+    --users users with secret canaries, --writes, --updates and --searches, then every user
+    probed for every other's canaries; one episode, --episodes does not apply)."""
+    from memtap.probes.generators import CANARY_DEFAULTS, generate, generate_canary
     from memtap.probes.suitefile import check_episodes
 
     if config is not None and paraphrase is None:
         raise click.UsageError("--config names the model of --paraphrase MODEL; give both or neither")
-    made = generate(kind, seed=seed, episodes=episodes)
+    sizes = {"users": users, "writes": writes, "updates": updates, "searches": searches, "canaries": canaries}
+    given = [f"--{name}" for name, value in sizes.items() if value is not None]
+    if shared_namespace:
+        given.append("--shared-namespace")
+    if kind != "canary" and given:
+        raise click.UsageError(f"{', '.join(given)} apply to the canary generator only")
+    if kind == "canary":
+        chosen = {name: CANARY_DEFAULTS[name] if value is None else value for name, value in sizes.items()}
+        made = generate_canary(seed, shared_namespace=shared_namespace, **chosen)
+    else:
+        made = generate(kind, seed=seed, episodes=episodes)
     if paraphrase is not None:
         from memtap.probes.generators.paraphrase import paraphrase_suite
 

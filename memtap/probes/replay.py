@@ -158,8 +158,18 @@ class _Player:
         self.store.start_episode(run, episode.episode_id, attempt, scope.namespace, len(episode.sessions))
         started = time.perf_counter()
         timings = {"ingest_ms": 0.0, "probe_ms": 0.0}
+        counts: dict[str, int] | None = None
         try:
-            await self._open_play_close(episode, scope, timings)
+            if episode.paradigm == "canary":
+                from memtap.probes.canary_replay import play_canary
+
+                counts, _, probes = await play_canary(
+                    self.target, self.store, episode, scope, self.plan.limit
+                )
+                self.progress.add("sessions", len(episode.sessions))
+                self.progress.add("probes", probes)
+            else:
+                await self._open_play_close(episode, scope, timings)
         except anyio.get_cancelled_exc_class():
             self._finish(scope, "interrupted", started, timings, "interrupted")
             raise
@@ -167,7 +177,7 @@ class _Player:
             self._finish(scope, "failed", started, timings, describe_error(exc))
             self.progress.add("failed")
             return
-        self._finish(scope, "done", started, timings, None)
+        self._finish(scope, "done", started, timings, None, counts)
         self.progress.add("episodes")
 
     async def _open_play_close(
@@ -184,7 +194,13 @@ class _Player:
         await self.target.close_episode(scope)
 
     def _finish(
-        self, scope: EpisodeScope, status: str, started: float, timings: dict[str, float], error: str | None
+        self,
+        scope: EpisodeScope,
+        status: str,
+        started: float,
+        timings: dict[str, float],
+        error: str | None,
+        counts: dict[str, int] | None = None,
     ) -> None:
         elapsed = (time.perf_counter() - started) * 1000
         rounded = {k: round(v, 3) for k, v in timings.items()}
@@ -196,6 +212,7 @@ class _Player:
             duration_ms=elapsed,
             timings=rounded,
             error=error,
+            counts=counts,
         )
 
     async def _episode(self, episode: Episode, scope: EpisodeScope, timings: dict[str, float]) -> None:
@@ -272,6 +289,7 @@ async def replay_suite(
     started = time.perf_counter()
     status = "interrupted"
     try:
+        _set_principals(plan, target)
         await target.start()
         progress.render()
         async with anyio.create_task_group() as tg:
@@ -298,6 +316,21 @@ async def replay_suite(
         summary.update(_trace_check(store, plan.run_id))
         store.end_run(plan.run_id, status, summary)
     return summary
+
+
+def _set_principals(plan: ReplayPlan, target: Target) -> None:
+    """A plan with canary episodes acts as one principal per user: the target makes their keys."""
+    if not any(e.paradigm == "canary" for e in plan.episodes):
+        return
+    from memtap.probes.canary_replay import canary_principals
+    from memtap.probes.targets.base import CanaryActions
+
+    if isinstance(target, CanaryActions):
+        bases = [
+            (e, episode_namespace(plan.run_id, e.episode_id, plan.attempts.get(e.episode_id, 0) + 1))
+            for e in plan.episodes
+        ]
+        target.set_principals(canary_principals(bases))
 
 
 def _trace_check(store: RunStore, run_id: str) -> dict[str, Any]:

@@ -183,11 +183,22 @@ class RunStore:
         duration_ms: float,
         timings: dict[str, Any],
         error: str | None = None,
+        counts: dict[str, int] | None = None,
     ) -> None:
         self._exec(
-            "UPDATE run_episodes SET status = ?, error = ?, ended_at = ?, duration_ms = ?, timings = ?"
-            " WHERE run_id = ? AND episode_id = ? AND attempt = ?",
-            [status, error, _now(), round(duration_ms, 3), json.dumps(timings), run_id, episode_id, attempt],
+            "UPDATE run_episodes SET status = ?, error = ?, ended_at = ?, duration_ms = ?, timings = ?,"
+            " counts = ? WHERE run_id = ? AND episode_id = ? AND attempt = ?",
+            [
+                status,
+                error,
+                _now(),
+                round(duration_ms, 3),
+                json.dumps(timings),
+                None if counts is None else json.dumps(counts),
+                run_id,
+                episode_id,
+                attempt,
+            ],
         )
 
     def record_probe(

@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from memtap.probes.canary_schema import canary_probe_problems, canary_turn_problems
+
 __all__ = [
     "ANONYMOUS",
     "FORMAT",
@@ -60,6 +62,7 @@ Paradigm = Literal[
     "permission",
     "abstention",
     "qa",
+    "canary",
 ]
 Behavior = Literal["update", "preserve"]
 Phase = Literal["encoding", "filler", "perturbation", "perturbation_p1", "perturbation_p2", "post", "probe"]
@@ -81,6 +84,7 @@ ProbeType = Literal[
     "abstention",
     "cloze",
     "metadata",
+    "canary",
 ]
 ExpectedAction = Literal["answer", "disclose", "withhold", "abstain"]
 
@@ -323,6 +327,8 @@ def episode_problems(ep: Episode) -> list[tuple[str, str]]:
                     )
                 )
 
+    if ep.paradigm == "canary":
+        problems += canary_turn_problems(ep)
     for key, memory in ep.gold_memory.items():
         where = f"gold_memory.{key}"
         for name in ("created_in", "invalidated_in"):
@@ -366,6 +372,8 @@ def episode_problems(ep: Episode) -> list[tuple[str, str]]:
             )
         if probe.type == "permission" and probe.expected_action not in ("disclose", "withhold"):
             add((f"{where}.expected_action", "a permission probe expects disclose or withhold"))
+        if probe.type == "canary" or ep.paradigm == "canary":
+            problems += [(f"{where}.{f}", m) for f, m in canary_probe_problems(ep, probe)]
         for k, turn_id in enumerate(probe.evidence_turns):
             if turn_id not in turns:
                 add((f"{where}.evidence_turns[{k}]", f"no turn {turn_id!r} in this episode"))

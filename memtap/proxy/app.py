@@ -13,11 +13,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 
 from memtap import __version__
+from memtap.auth.resource import ProtectedResource
+from memtap.proxy.api_docs import Health, install_openapi
+from memtap.proxy.guard import RequestGuard, validation_error
 from memtap.proxy.mcp_server import build_mcp_server
 from memtap.proxy.openai_api import DirectRoutes, OpenAIFrontDoor
 from memtap.proxy.replay_clock import mount_replay_clock
@@ -83,6 +87,11 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         policy=settings.policy,
     )
     authentication = runtime.authentication
+    protected = _protected_resource(runtime)
+    if protected is not None:  # bearer JWTs: RFC 6750 challenges, refusals recorded
+        from memtap.proxy.refusals import Refusals
+
+        authentication.on_refusal = Refusals(runtime.recorder, protected)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -95,8 +104,10 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             yield
 
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    install_openapi(app)  # the /v1 and MCP endpoints too (proxy/api_docs.py)
 
-    @app.get("/healthz")
+    @app.get("/healthz", responses={200: {"model": Health}})
     async def healthz(request: Request) -> dict[str, Any]:
         """Liveness for anyone; the details (paths, counters) only for callers with a key."""
         if settings.authenticated and authentication.caller_or_none(request.headers) is None:
@@ -113,6 +124,8 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             **({"upstreams": runtime.upstreams.status()} if runtime.upstreams is not None else {}),
         }
 
+    if protected is not None:
+        app.router.routes.extend(protected.routes())
     # A Route, not a Mount: a Mount answers POST /mcp with a redirect to /mcp/, an extra
     # round trip on every call for clients that follow it, and an error for those that do not.
     mcp_endpoint = authentication.gate(manager.handle_request)
@@ -121,6 +134,12 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     openai_routes = openai.routes(authentication.gate)
     app.router.routes.extend(openai_routes)
     app.add_middleware(DirectRoutes, routes=openai_routes)
+    app.add_middleware(  # outermost: header caps, and an event for every refusal (proxy/guard.py)
+        RequestGuard,
+        recorder=runtime.recorder,
+        caller_of=authentication.caller_or_none,
+        default_principal=settings.default_principal,
+    )
     if pool is not None:
         from memtap.proxy.forward import ByUpstream
 
@@ -134,3 +153,13 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             Route("/servers/{name}/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
         )
     return app
+
+
+def _protected_resource(runtime: Runtime) -> ProtectedResource | None:
+    """The OAuth protected resource of a server that accepts bearer JWTs (memtap/auth/jwt.py)."""
+    from memtap.auth.jwt import JwtAuthenticator
+
+    for each in runtime.settings.authenticators:
+        if isinstance(each, JwtAuthenticator):
+            return ProtectedResource(each.settings)
+    return None

@@ -50,8 +50,9 @@ def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
     title = (
         f"Score of run {run['id']} (target {run['target']}, reader {run['reader']}, matcher "
         f"{report['matcher']}, answer scorer {scorer['name']} {scorer['version']}): "
-        f"{cov['episodes_scored']} of {cov['episodes_total']} episodes scored, "
-        f"{cov['probes_total']} probes; 95% intervals from {report['bootstrap']['resamples']} episode "
+        f"{cov['episodes_scored']} of {cov['episodes_total']} episodes scored"
+        + (f" ({cov['episodes_canary']} canary)" if cov.get("episodes_canary") else "")
+        + f", {cov['probes_total']} probes; 95% intervals from {report['bootstrap']['resamples']} episode "
         "resamples"
     )
     parts = [f"# {title}" if markdown else title]
@@ -116,6 +117,8 @@ def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
         ]
         rows.append(["total", *[str(attribution["by_level"][lv]) for lv in levels]])
         parts.append(_table(["category", *levels], rows, markdown))
+    if report.get("canary"):
+        parts += _canary_parts(report["canary"], markdown)
     latency = report["latency"]
     parts.append(_heading("Latency (ms)", markdown))
     parts.append(
@@ -129,6 +132,45 @@ def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
         parts.append(_heading("Warnings", markdown))
         parts.append("\n".join(f"- {w}" for w in report["warnings"]))
     return ("\n\n" if markdown else "\n").join(parts)
+
+
+def _canary_parts(canary: dict[str, Any], markdown: bool, shown: int = 20) -> list[str]:
+    """The isolation canary: cross reads per channel, escape attempts, writes, and the pairs that leaked."""
+    channels = canary["by_channel"]
+    esc, w, own = canary["escapes"], canary["writes"], canary["own_canaries"]
+    acknowledged = "every write acknowledged" if w["all_acknowledged"] else "NOT every write acknowledged"
+    lines = [
+        f"cross_reads {canary['cross_reads']} of {canary['pairs_total']} pairs "
+        f"(N x (N - 1), {canary['users']} users)",
+        "by channel: "
+        + ", ".join(f"{c} {v['pairs']} pairs / {v['events']} events" for c, v in channels.items()),
+        f"escape attempts: {esc['attempted']}, refused {esc['refused']}, "
+        f"disclosed a canary {esc['disclosed']}",
+        f"writes: {w['in_suite']} in the suite, {w['sent']} sent, {w['acknowledged']} acknowledged, "
+        f"{w['recorded']} recorded, {w['refused_recorded']} refused: {acknowledged}",
+        f"own canaries found by their owners: {own['seen']} of {own['total']}",
+    ]
+    parts = [
+        _heading("Isolation canary", markdown),
+        "\n".join(f"- {line}" if markdown else line for line in lines),
+    ]
+    rows = [
+        [
+            p["reader"],
+            p["owner"],
+            channel,
+            str(len(ids)),
+            ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else ""),
+        ]
+        for part in canary["episodes"]
+        for p in part["pairs"]
+        for channel, ids in p["events"].items()
+    ]
+    if rows:
+        parts.append(_table(["reader", "owner", "channel", "events", "event ids"], rows[:shown], markdown))
+        if len(rows) > shown:
+            parts.append(f"({len(rows) - shown} more rows in the score file: canary.episodes[].pairs)")
+    return parts
 
 
 def render_compare(result: dict[str, Any], *, markdown: bool = False) -> str:

@@ -22,6 +22,7 @@ from memtap import __version__
 from memtap.probes.schema import Probe
 from memtap.scoring.align import Aligner, DefaultMatcher, Matcher, describe_rows
 from memtap.scoring.answer import Verdict
+from memtap.scoring.canary import canary_report, canary_warnings
 from memtap.scoring.measures import HEADLINE, baseline_measures, breakdown_measures
 from memtap.scoring.permission import LABELS, classify_permission
 from memtap.scoring.profiles import BASELINES, CATEGORIES, LEVELS, attribute, tally_answer, tally_baselines
@@ -162,8 +163,8 @@ def score_trace(
     coverage["probes_unanswered"] = int(totals.get("answer.unanswered", 0)) if answered else None
     coverage["probes_without_gold"] = int(totals.get("answer.skipped", 0))
     coverage["answers_scored"] = answered
-    warnings = list(run.warnings)
-    if not answered:
+    warnings = list(run.warnings) + canary_warnings(run.canary)
+    if not answered and per_episode:  # a canary-only run has no answers to miss
         warnings.append(
             f"run {run.run['id']} has no answers (reader {run.run['reader']}): answer-level measures and "
             "profiles are not measured"
@@ -197,6 +198,7 @@ def score_trace(
             "probes": detail,
         },
         "wrong_answers": wrong,
+        "canary": run.canary,
     }
     return Scored(report, alignments)
 
@@ -216,6 +218,7 @@ def score_run(
     row = conn.execute("SELECT suite_path FROM runs WHERE id = ?", (run_id,)).fetchone()
     current = suite_file_sha256(row[0]) if row else None
     run = load_run(conn, run_id, current_sha256=current)
+    run.canary = canary_report(conn, run_id, run.canary_attempts)
     choice = choose_scorer(answer_scorer, [t.episode for t in run.episodes], config, permission_judge)
     return score_trace(
         run,

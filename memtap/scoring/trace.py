@@ -100,6 +100,9 @@ class RunTrace:
     coverage: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     latency: dict[str, Any] = field(default_factory=dict)
+    # Canary episodes (scored by scoring/canary.py, not by the three levels) and their final attempts.
+    canary_attempts: list[tuple[Episode, dict[str, Any]]] = field(default_factory=list)
+    canary: dict[str, Any] | None = None
 
     @property
     def answered(self) -> bool:
@@ -330,6 +333,7 @@ def load_run(conn: sqlite3.Connection, run_id: str, *, current_sha256: str | Non
     episodes: list[EpisodeTrace] = []
     counts: Counter[str] = Counter()
     failed, unfinished, not_played = [], [], []
+    canary: list[tuple[Episode, dict[str, Any]]] = []
     for episode_id, episode in suite.items():
         attempt = latest.get(episode_id)
         if attempt is None:
@@ -338,6 +342,8 @@ def load_run(conn: sqlite3.Connection, run_id: str, *, current_sha256: str | Non
             failed.append({"episode": episode_id, "error": attempt["error"]})
         elif attempt["status"] != "done":
             unfinished.append(episode_id)
+        elif episode.paradigm == "canary":
+            canary.append((episode, attempt))
         else:
             trace, more = _episode_trace(conn, run_id, episode, attempt)
             episodes.append(trace)
@@ -356,6 +362,7 @@ def load_run(conn: sqlite3.Connection, run_id: str, *, current_sha256: str | Non
     coverage = {
         "episodes_total": len(suite),
         "episodes_scored": len(episodes),
+        "episodes_canary": len(canary),
         "episodes_failed": failed,
         "episodes_unfinished": unfinished,
         "episodes_not_played": not_played,
@@ -378,7 +385,7 @@ def load_run(conn: sqlite3.Connection, run_id: str, *, current_sha256: str | Non
         "ended_at": run["ended_at"],
     }
     latency = _latency(conn, run_id, [e.namespace for e in episodes])
-    return RunTrace(run_info, episodes, coverage, warnings, latency)
+    return RunTrace(run_info, episodes, coverage, warnings, latency, canary)
 
 
 def suite_file_sha256(path: str) -> str | None:

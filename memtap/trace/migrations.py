@@ -259,6 +259,14 @@ def m006_create_scores(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m012_add_run_episode_counts(db: Database) -> None:
+    """What a replay attempt sent and what the target acknowledged (JSON: writes sent, acknowledged
+    and refused, searches, probes, escape attempts refused, ...), which the isolation canary's
+    score checks against the recorded events. (Numbered 012: 007 to 011 are other branches'.)"""
+    db.execute("ALTER TABLE run_episodes ADD COLUMN counts TEXT")
+
+
+@MIGRATIONS()
 def m016_create_findings(db: Database) -> None:
     """Findings of the detectors (``memtap check``, live detection): one row per finding, with its
     rule's name, severity, where it happened, the events and items it is about, and its evidence.

@@ -10,21 +10,27 @@ from memtap.probes.targets.base import Target
 __all__ = ["make_target"]
 
 
-def make_target(spec: str, *, db: Path, server_url: str | None = None) -> Target:
-    """The target a ``--target`` names: ``builtin``, ``mcp:CONFIG[:NAME]`` or ``openai:URL``."""
+def make_target(spec: str, *, db: Path, server_url: str | None = None, gate: str | None = None) -> Target:
+    """The target a ``--target`` names: ``builtin``, ``mcp:CONFIG[:NAME]`` or ``openai:URL``.
+    ``gate`` (observe or enforce) is passed to the ``memtap serve`` the builtin target starts."""
     kind = spec.split(":", 1)[0]
+    if gate is not None and (spec != "builtin" or server_url is not None):
+        raise ConfigError(
+            "--gate applies to the memtap serve the builtin target starts; a server given by --server or "
+            "behind another target keeps its own gate"
+        )
     if spec == "builtin":
         from memtap.probes.targets.builtin import BuiltinTarget
 
-        return BuiltinTarget(db, url=server_url)
+        return BuiltinTarget(db, url=server_url, gate=gate)
     if server_url is not None:
         raise ConfigError("--server applies to the builtin target only")
     if kind == "mcp":
-        from memtap.probes.targets.mcp import McpTarget
+        from memtap.probes.targets.mcp_canary import McpCanaryTarget
 
-        return McpTarget(spec, db)
+        return McpCanaryTarget(spec, db)
     if kind == "openai":
-        from memtap.probes.targets.openai import OpenAITarget
+        from memtap.probes.targets.openai_canary import OpenAICanaryTarget
 
-        return OpenAITarget(spec, db)
+        return OpenAICanaryTarget(spec, db)
     raise ConfigError(f"unknown target {spec!r}; use builtin, mcp:CONFIG[:NAME] or openai:URL")

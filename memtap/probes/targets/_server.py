@@ -53,8 +53,16 @@ class MemtapServer:
     own session, so a Ctrl-C at the terminal reaches the replay (which then marks its episodes
     interrupted) and not the server; the replay stops it with SIGTERM, which flushes the trace."""
 
-    def __init__(self, db: Path, *, extra: Sequence[str] = (), command: str = "serve") -> None:
+    def __init__(
+        self,
+        db: Path,
+        *,
+        extra: Sequence[str] = (),
+        command: str = "serve",
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.db = db
+        self.env = env  # added to the child's environment (API keys travel here, not in its argv)
         self.command = command
         self.extra = list(extra)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -76,8 +84,9 @@ class MemtapServer:
             "--db",
             str(self.db),
         ]
+        env = {**os.environ, **self.env} if self.env else None
         self.proc = subprocess.Popen(
-            [*cmd, *self.extra], stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True
+            [*cmd, *self.extra], stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True, env=env
         )
         self.health = wait_healthy(self.base_url, self.proc, timeout)
         if self.health is not None:

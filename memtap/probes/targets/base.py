@@ -24,7 +24,19 @@ from typing import Any, Protocol, runtime_checkable
 
 from memtap.probes.errors import SuiteError
 
-__all__ = ["EpisodeScope", "ProbeCall", "ProbeResult", "Retrieved", "Target", "TargetError", "TurnCall"]
+__all__ = [
+    "Actor",
+    "CanaryActions",
+    "EpisodeScope",
+    "Outcome",
+    "Principals",
+    "ProbeCall",
+    "ProbeResult",
+    "Retrieved",
+    "Target",
+    "TargetError",
+    "TurnCall",
+]
 
 
 class TargetError(SuiteError):
@@ -101,3 +113,70 @@ class Target(Protocol):
     async def close_episode(self, scope: EpisodeScope) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+# -- acting as one user of many (the isolation canary) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Actor:
+    """One user of a canary episode, acting under its own principal, whose namespace is named like it."""
+
+    user: str  # the suite's participant id
+    principal: str  # RUN/EPISODE/ATTEMPT/USER: the principal and its own namespace
+
+
+@dataclass
+class Outcome:
+    """What one call of an actor got back: acknowledged (``ok``) or refused with the target's error."""
+
+    ok: bool
+    error: str | None = None
+    item_id: str | None = None  # a write's new memory id, where the target says
+    retrieved: list[Retrieved] = field(default_factory=list)
+    reply: str | None = None
+    ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Principals:
+    """Who a run acts as, for a server the replay starts: ``names`` each get a key; ``shared`` are
+    (principal, namespace) pairs granted read and write (a canary's deliberately shared namespace);
+    ``act_for_anyone`` are the principals of ordinary episodes, whose probes name their requesters."""
+
+    names: list[str]
+    shared: list[tuple[str, str]] = field(default_factory=list)
+    act_for_anyone: list[str] = field(default_factory=list)
+
+    def serve_args(self) -> list[str]:
+        """``--grant`` and ``--act-for`` options of ``memtap serve`` and ``memtap proxy``."""
+        grants = [a for p, ns in self.shared for a in ("--grant", f"{p}={ns}:read,write")]
+        return grants + [a for p in self.act_for_anyone for a in ("--act-for", f"{p}=*")]
+
+
+@runtime_checkable
+class CanaryActions(Protocol):
+    """What a target needs to play a canary episode: calls made by one user of many, each under its
+    own principal. A call the target refuses is an :class:`Outcome` with ``ok`` false (an MCP tool
+    error, an HTTP 4xx); a target that cannot be reached raises."""
+
+    def set_principals(self, principals: Principals) -> None:
+        """Before :meth:`Target.start`: every principal the run will act as (keys are made for them)
+        and the grants beyond their own namespaces that the suite asks for."""
+
+    async def open_actor(self, scope: EpisodeScope, actor: Actor) -> None: ...
+
+    async def actor_write(self, actor: Actor, turn: TurnCall, namespace: str) -> Outcome: ...
+
+    async def actor_update(self, actor: Actor, item_id: str, turn: TurnCall, namespace: str) -> Outcome: ...
+
+    async def actor_search(
+        self, actor: Actor, namespace: str, query: str, question: str, at: tuple[str, str], limit: int
+    ) -> Outcome:
+        """Search ``namespace`` (``at`` is the session and turn the call is recorded in); a chat
+        target asks ``question`` instead, with ``namespace`` as the memory it names."""
+
+    async def actor_list(self, actor: Actor, namespace: str, at: tuple[str, str]) -> Outcome | None:
+        """List ``namespace``; None when the target has no listing."""
+
+    async def close_actor(self, actor: Actor) -> None: ...

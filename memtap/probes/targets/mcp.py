@@ -243,20 +243,26 @@ class McpTarget:
         episode = self._episodes[scope.namespace]
         meta = {"session": "probes", "turn": probe.probe_id, "role": "user"}
         started = time.perf_counter()
+        retrieved = await self._search(episode, probe.question, scope.namespace, limit, meta)
+        return ProbeResult(retrieved, (time.perf_counter() - started) * 1000)
+
+    async def _search(
+        self, episode: _Episode, query: str, namespace: str, limit: int, meta: dict[str, Any]
+    ) -> list[Retrieved]:
+        """The profile's search for ``query`` (the reference server: the whole query and each of its
+        content words), the observations found ranked by how many of the words they hold."""
         if episode.profile.name != "server-memory":
             assert episode.profile.search_tool is not None
-            args = self._generic_args(
-                episode, episode.profile.search_tool, probe.question, scope.namespace, limit
-            )
+            args = self._generic_args(episode, episode.profile.search_tool, query, namespace, limit)
             result = await self._call(episode, episode.profile.search_tool, args, meta)
-            return ProbeResult(_generic_results(result, limit), (time.perf_counter() - started) * 1000)
-        words = _words(probe.question)
+            return _generic_results(result, limit)
+        words = _words(query)
         found: list[Any] = []
-        for text in dict.fromkeys([probe.question.strip(), *words]):
+        for text in dict.fromkeys([query.strip(), *words]):
             if text:
                 found.append(await self._call(episode, "search_nodes", {"query": text}, meta))
         scored: dict[tuple[str, str], float] = {}
-        question = probe.question.lower()
+        question = query.lower()
         for result in found:
             graph = graph_from_result(result.model_dump(by_alias=True, mode="json"))
             for entity, (_, observations) in graph.entities.items():
@@ -266,11 +272,10 @@ class McpTarget:
                     if score > 0:
                         scored[(entity, text)] = score
         ranked = sorted(scored.items(), key=lambda kv: -kv[1])[:limit]
-        retrieved = [
+        return [
             Retrieved(observation_id(e, t), t, rank, score, provenance={"entity": e})
             for rank, ((e, t), score) in enumerate(ranked, start=1)
         ]
-        return ProbeResult(retrieved, (time.perf_counter() - started) * 1000)
 
     def _generic_args(
         self, episode: _Episode, tool: str, text: str, namespace: str, limit: int | None = None
