@@ -115,3 +115,31 @@ async def test_a_delete_no_user_turn_asked_for_is_an_erasure(serve_memtap: Serve
 
 async def test_a_delete_the_user_asked_for_is_not_flagged(serve_memtap: Serve) -> None:
     assert await _chat_then_delete(serve_memtap, "I moved, please forget my old address.") == []
+
+
+def test_after_commit_callbacks_see_every_committed_event_and_a_failing_one_stops_nothing(
+    tmp_path: Any,
+) -> None:
+    from memtap.ids import new_id
+    from memtap.trace.models import Context, Op, TraceEvent, utc_now
+    from memtap.trace.store import TraceStore
+    from memtap.trace.writer import Recorder
+
+    seen: list[str] = []
+
+    def broken(events: list[TraceEvent]) -> None:
+        raise RuntimeError("a broken callback")
+
+    recorder = Recorder(tmp_path / "t.db").start()
+    recorder.after_commit.extend([broken, lambda events: seen.extend(e.id for e in events)])
+    now = utc_now()
+    ids = [new_id() for _ in range(5)]
+    for event_id in ids:
+        recorder.submit(TraceEvent(id=event_id, started_at=now, ended_at=now, front_door="test", backend="builtin",
+                                   tool="memory_list", op=Op.READ, context=Context()))  # fmt: skip
+    assert recorder.flush()
+    assert seen == ids  # handed on before flush() returned
+    recorder.close()
+    store = TraceStore(tmp_path / "t.db")
+    assert [e.id for e in store.list_events()] == ids
+    store.close()

@@ -215,17 +215,18 @@ class Recorder:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
         if error is None:
+            # Before the batch counts as written, so whoever flushed the recorder finds it handed on.
+            for callback in self.after_commit:
+                try:
+                    callback(events)
+                except Exception:
+                    log.exception("recorder: an after-commit callback failed")
             with self._idle:
                 self.stats.written += len(batch)
                 self.stats.batches += 1
                 self._idle.notify_all()
             for _, done in batch:
                 done.set_result(None)
-            for callback in self.after_commit:
-                try:
-                    callback(events)
-                except Exception:
-                    log.exception("recorder: an after-commit callback failed")
             return
         self._spill(events, error)
         for _, done in batch:
