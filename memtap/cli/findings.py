@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -26,7 +26,7 @@ def _since(value: str | None) -> str | None:
         ) from None
     if parsed.tzinfo is None:
         raise ConfigError(f"--since {value!r}: give a time zone (e.g. +00:00 or Z)")
-    return parsed.isoformat()
+    return parsed.astimezone(UTC).isoformat()  # events are stored in UTC; compare like with like
 
 
 def _canaries(config: Path | None) -> list:  # type: ignore[type-arg]
