@@ -76,7 +76,7 @@ def test_check_stores_findings_once_and_findings_list_and_show_read_them(faulty_
     assert {(f["severity"], f["namespace"], f["run"], f["session"], f["turn"]) for f in listed} == {
         ("high", "alice", "r1", "s1", "t2")
     }
-    code, out, _ = _run("findings", "show", "--db", str(faulty_db), listed[0]["id"][:20])
+    code, out, _ = _run("findings", "show", "--db", str(faulty_db), listed[0]["id"])
     assert code == 0 and f"id: {listed[0]['id']}" in out and '"lost_facts": [' in out
     assert _run("findings", "list", "--db", str(faulty_db), "--severity", "critical")[1] == ""
     assert _run("findings", "list", "--db", str(faulty_db), "--namespace", "bob")[2] == "no findings\n"
