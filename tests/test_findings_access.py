@@ -11,6 +11,7 @@ import openai
 import pytest
 from conftest import http_client, meta
 from findings_helpers import serve_proxy, settled_findings
+from served import chats
 
 from memtap.adapters.memory_server import observation_id
 from memtap.findings.model import Severity
@@ -122,6 +123,7 @@ async def test_the_chat_proxy_injecting_a_denied_memory_and_replying_with_it_is_
         model="reader", user="alice", messages=[{"role": "user", "content": "What is the door PIN?"}]
     )
     assert "4471" in (reply.choices[0].message.content or "")
+    served.events(chats(1))  # the chat call is recorded after its answer
     found = settled_findings(served, "leak_injection")
     assert sorted((f.severity, f.item_ids, f.summary) for f in found) == [
         (Severity.CRITICAL, [item], "the chat proxy injected 1 item(s) denied to 'carol'"),
@@ -139,5 +141,6 @@ async def test_the_chat_proxy_answering_the_owner_leaks_nothing(serve_memtap: Se
     client.chat.completions.create(
         model="reader", user="alice", messages=[{"role": "user", "content": "What is the door PIN?"}]
     )
+    served.events(chats(1))
     found = settled_findings(served)
     assert [f.kind for f in found if f.kind.startswith("leak")] == []

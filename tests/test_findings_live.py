@@ -14,6 +14,7 @@ import pytest
 from conftest import http_client, meta
 from findings_helpers import settled_findings
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from served import chats
 
 from memtap.findings.model import Severity
 
@@ -101,6 +102,7 @@ async def _chat_then_delete(serve_memtap: Serve, said: str) -> list[Any]:
         chat.chat.completions.create(
             model="gpt-fake", user="alice", messages=[{"role": "user", "content": said}]
         )
+        served.events(chats(1))  # the turn is recorded (after its answer) before the delete is made
         item = added.structured_content["id"]  # type: ignore[index]
         await client.call_tool("memory_delete", {"id": item}, meta=meta(session="s1", role="assistant"))
     return [f for f in settled_findings(served, "erasure") if f.item_ids == [item]]
