@@ -30,6 +30,7 @@ from memtap.config_servers import (
     check_server_entry,
 )
 from memtap.errors import ConfigError
+from memtap.findings.settings import FindingsSettings
 
 __all__ = [
     "ApiKeyEntry",
@@ -249,6 +250,7 @@ class MemtapSection(BaseModel):
     jwt: JwtSettings | None = Field(
         default=None, description="bearer JWTs from an OAuth issuer (auth/jwt.py)"
     )
+    findings: FindingsSettings = Field(default_factory=lambda: FindingsSettings())
 
     @field_validator("principals")
     @classmethod

@@ -13,6 +13,7 @@ side. What it answers is steered by the last user message:
 
 And by the model asked for (non-streaming):
 
+- ``memory-echo``: the system messages it was sent (what the chat proxy injected);
 - ``paraphrase-keep``: the message after ``Message: `` prefixed with ``In other words, ``;
 - ``paraphrase-lose``: ``Something was said.`` (every value lost);
 - ``reader-json``: a JSON answer whose ``answer`` is memory ``[1]``'s text in the prompt (null
@@ -132,6 +133,9 @@ def build_app(state: FakeState) -> web.Application:
         model = body.get("model", "fake")
         if model in STEERED and not body.get("stream"):
             return _completion(model, STEERED[model](text))
+        if model == "memory-echo" and not body.get("stream"):  # repeats what was injected
+            system = [m.get("content") for m in body.get("messages", []) if m.get("role") == "system"]
+            return _completion(model, "\n".join(str(t) for t in system) or "nothing injected")
         if match := re.search(r"\[status (\d+)\]", text):
             status = int(match.group(1))
             error = {

@@ -45,7 +45,21 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from memtap.cli import demo, hw, items, proxy, purge, replay, score, serve, suite, trace, ui, verify
+    from memtap.cli import (
+        demo,
+        findings,
+        hw,
+        items,
+        proxy,
+        purge,
+        replay,
+        score,
+        serve,
+        suite,
+        trace,
+        ui,
+        verify,
+    )
 
     cli.add_command(serve.serve)
     cli.add_command(trace.trace)
@@ -63,6 +77,8 @@ def _register() -> None:
     cli.add_command(ui.ui)
     cli.add_command(ui.report)
     cli.add_command(ui.datasette_metadata_command)
+    cli.add_command(findings.check)
+    cli.add_command(findings.findings)
 
 
 _register()

@@ -16,6 +16,7 @@ from memtap.adapters.registry import open_backend
 from memtap.auth import ApiKeyAuthenticator, Authentication, Authenticator, LocalAuthenticator, Policy
 from memtap.config import ConfigFile, McpServerConfig, parse_api_keys
 from memtap.errors import ConfigError
+from memtap.findings.live import start_live_findings
 from memtap.limits import DEFAULT_LIMITS, Limits, install
 from memtap.proxy.policy import GateMode
 from memtap.proxy.replay_clock import ReplayClock
@@ -119,6 +120,7 @@ class Runtime:
         self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
         self.recorder.privacy = settings.privacy()
         self.recorder.start()
+        self.findings = start_live_findings(settings.db, settings.config.memtap.findings, self.recorder)
         self.upstreams: UpstreamPool | None = None
         servers = dict(settings.upstreams)
         kind, _, wrapped = settings.config.memtap.backend.partition(":")
@@ -146,6 +148,8 @@ class Runtime:
                 self.backend = open_backend(settings.config, settings.db, durable=settings.durable)
         except Exception:
             self.recorder.close()
+            if self.findings is not None:
+                self.findings.close()
             raise
         self.authentication = settings.authentication()
         for warning in self.grant_warnings():
@@ -183,8 +187,13 @@ class Runtime:
         return bool(self.settings.upstreams)
 
     async def aclose(self) -> None:
-        """Close the backend, then the recorder (which writes what is still queued), whatever fails."""
+        """Close the backend, then the recorder (which writes what is still queued), then live
+        findings, whatever fails."""
         try:
             await self.backend.close()
         finally:
-            self.recorder.close()
+            try:
+                self.recorder.close()
+            finally:
+                if self.findings is not None:
+                    self.findings.close()

@@ -157,7 +157,13 @@ async def recorded_call(
         span_query[0] = recorder.privacy.apply(event, record.query)
         return event
 
-    inline = InlineEvent(recorder.real_path, build, recorder.count_committed) if op in _STORAGE_OPS else None
+    inline: InlineEvent | None = None
+
+    def inline_committed() -> None:
+        event = inline.event if inline is not None else None
+        recorder.count_committed(1, [event] if event is not None else None)
+
+    inline = InlineEvent(recorder.real_path, build, inline_committed) if op in _STORAGE_OPS else None
     token = _CURRENT_CALL.set(record.id)
     offered = offer(inline)
     recorder.stats.open_calls += 1

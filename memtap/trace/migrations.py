@@ -299,6 +299,41 @@ def m012_add_run_episode_counts(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m016_create_findings(db: Database) -> None:
+    """Findings of the detectors (``memtap check``, live detection): one row per finding, with its
+    rule's name, severity, where it happened, the events and items it is about, and its evidence.
+    ``dedupe`` keys a finding so running ``memtap check`` twice stores it once."""
+    db.execute(
+        """
+        CREATE TABLE findings (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            severity TEXT NOT NULL,
+            severity_rank INTEGER NOT NULL,
+            summary TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            namespace TEXT,
+            run_id TEXT,
+            episode TEXT,
+            session TEXT,
+            turn TEXT,
+            event_ids TEXT NOT NULL,
+            item_ids TEXT NOT NULL,
+            evidence TEXT NOT NULL,
+            detector_version TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            dedupe TEXT NOT NULL UNIQUE
+        )
+        """
+    )
+    db.execute("CREATE INDEX findings_kind ON findings(kind, severity_rank)")
+    db.execute("CREATE INDEX findings_event ON findings(event_id)")
+    db.execute("CREATE INDEX findings_namespace ON findings(namespace)")
+    db.execute("CREATE INDEX findings_run ON findings(run_id, episode, session)")
+    db.execute("CREATE INDEX findings_created ON findings(created_at)")
+
+
+@MIGRATIONS()
 def m017_create_hw_samples(db: Database) -> None:
     """The hardware probe (``--hw-probe``): one row per probed run (the command, the replay run it
     watched, its idle-baseline window, the one-line device note, samples dropped and gaps), the
