@@ -213,3 +213,47 @@ async def test_an_unparseable_extraction_fails_the_add_and_stores_nothing(
     finally:
         await backend.close()
     assert listed.value["total"] == 0
+
+
+def test_a_suite_replays_through_mem0_with_every_stored_fact_attributed_to_its_turn(
+    upstream: Any, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from memtap.cli.main import cli
+    from memtap.probes.generators import generate
+    from memtap.probes.suitefile import write_suite
+
+    episodes = generate("paradigms", seed=3, episodes=1)
+    write_suite(episodes, tmp_path / "suite.jsonl")
+    config = tmp_path / "mem0.json"
+    config.write_text(json.dumps({
+        "model_list": model_list(upstream),
+        "memtap": {"backend": "mem0", "mem0": mem0_settings(upstream, tmp_path / "mem0")},
+    }))  # fmt: skip
+    db = tmp_path / "trace.db"
+    runner = CliRunner()
+    replayed = runner.invoke(cli, ["replay", str(tmp_path / "suite.jsonl"), "--target", f"mem0:{config}",
+                                   "--db", str(db), "--run", "m0", "--json"], catch_exceptions=False)  # fmt: skip
+    assert replayed.exit_code == 0, replayed.output
+    summary = json.loads(replayed.output)
+    assert (summary["status"], summary["episodes_done"], summary["target"]["target"]) == (
+        "completed",
+        1,
+        "mem0",
+    )
+    assert summary["memory_events_without_context"] == 0
+    store = TraceStore(db)
+    events = [e for e in store.list_events() if e.context.run == "m0" and e.op == Op.WRITE]
+    store.close()
+    turns = [t for e in episodes for s in e.sessions for t in s.turns if t.content.strip()]
+    assert len(events) == len(turns)
+    assert all(e.backend == "mem0" and e.context.turn for e in events)
+    for event in events:  # each extracted fact is stored (one effect) or skipped, with why
+        assert len(event.effects) + len(event.result["skipped"]) == len(event.result["extracted"])
+    assert max(len(e.effects) for e in events) > 1  # mem0 split a turn into facts
+    scored = runner.invoke(cli, ["score", "m0", "--db", str(db), "--json"], catch_exceptions=False)
+    assert scored.exit_code == 0, scored.output
+    measures = json.loads(scored.output)["measures"]
+    assert measures["capture_recall"]["value"] is not None  # storage level
+    assert measures["recall_at_all"]["value"] is not None  # retrieval level

@@ -90,7 +90,8 @@ def _report(summary: dict[str, Any], db: Path) -> None:
 @click.option(
     "--target",
     required=True,
-    help="builtin (the embedded backend), mcp:CONFIG[:NAME] (a wrapped MCP server) or openai:URL[#MODEL].",
+    help="builtin (the embedded backend), mem0:CONFIG (mem0 behind memtap serve --config CONFIG), "
+    "mcp:CONFIG[:NAME] (a wrapped MCP server) or openai:URL[#MODEL].",
 )
 @click.option("--run", "run", metavar="NAME", help="Name of the run (default: run-DATE-TIME-XXXX).")
 @click.option(
