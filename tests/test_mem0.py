@@ -257,3 +257,14 @@ def test_a_suite_replays_through_mem0_with_every_stored_fact_attributed_to_its_t
     measures = json.loads(scored.output)["measures"]
     assert measures["capture_recall"]["value"] is not None  # storage level
     assert measures["recall_at_all"]["value"] is not None  # retrieval level
+
+
+async def test_a_vector_store_another_backend_holds_is_refused_with_qdrant_s_reason(
+    upstream: Any, tmp_path: Path
+) -> None:
+    first = open_mem0(upstream, tmp_path / "mem0")
+    try:
+        with pytest.raises(ConfigError, match=r"mem0 could not start with memtap.mem0: .*already accessed"):
+            open_mem0(upstream, tmp_path / "mem0")
+    finally:
+        await first.close()
