@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,15 +74,20 @@ def graph_from_result(result: dict[str, Any]) -> Graph:
     return graph
 
 
-def memory_file_for(config: McpServerConfig) -> Path | None:
-    """Where a stdio reference server keeps its graph, when that can be known from its config."""
+def memory_file_for(config: McpServerConfig, env: Mapping[str, str] | None = None) -> Path | None:
+    """Where a stdio reference server keeps its graph, when that can be known from its config.
+
+    ``env`` is the environment the server is started with (its entry's ``env`` over what it
+    inherits, e.g. the ``MEMORY_FILE_PATH`` a client set for ``memtap proxy -- COMMAND``);
+    without it, the entry's ``env`` alone."""
     if not isinstance(config, StdioServerConfig):
         return None
-    configured = config.env.get("MEMORY_FILE_PATH")
+    env = config.env if env is None else env
+    configured = env.get("MEMORY_FILE_PATH")
     if configured and os.path.isabs(configured):
         return Path(configured)
     script: str | None = None
-    found = shutil.which(config.command, path=config.env.get("PATH"))
+    found = shutil.which(config.command, path=env.get("PATH"))
     if found and os.path.realpath(found).endswith(".js"):
         script = os.path.realpath(found)
     elif os.path.basename(config.command) in ("node", "nodejs") and config.args:

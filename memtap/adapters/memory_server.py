@@ -123,8 +123,16 @@ class GraphTap:
     """Forwards calls to a reference memory server and derives what each one really changed."""
 
     def __init__(self, upstream: Upstream) -> None:
+        from memtap.adapters.upstream import child_environment
+        from memtap.config import StdioServerConfig
+
         self.upstream = upstream
-        path = memory_file_for(upstream.config)
+        env = (
+            child_environment(upstream.config, inherit=upstream.inherit_env)
+            if isinstance(upstream.config, StdioServerConfig)
+            else None
+        )  # the server's own env, inherited ones included: where it really writes
+        path = memory_file_for(upstream.config, env)
         self.file = FileState(path) if path is not None else None
         self._verified = False
         self._seq = 0
