@@ -87,6 +87,32 @@ def test_recorded_traffic_freezes_into_a_suite_and_replays_onto_two_other_backen
     assert {e.backend for e in by_run["ab-mem0"]} == {"mem0"}
     assert len(by_run["ab-ref"]) >= 3 and {e.context.upstream for e in by_run["ab-ref"]} == {"memory"}
 
+    onto_builtin = run_cli("replay", "--from-trace", str(server.db), "--from-run", "live", "--target", "builtin",
+                           "--db", str(out), "--run", "ab-builtin", "--json")  # fmt: skip
+    assert onto_builtin.exit_code == 0, onto_builtin.output
+    compared = run_cli(
+        "compare", "ab-builtin", "ab-mem0", "--retrievals", "--k", "3", "--db", str(out), "--json"
+    )
+    assert compared.exit_code == 0, compared.output
+    result = json.loads(compared.output)
+    assert (result["paired"], result["unpaired"]) == (2, {"a": 0, "b": 0})
+    # the same three texts come back from BM25 (builtin) and from mem0's vectors, in the same order
+    assert [(p["probe"], p["overlap_at_k"], p["same_first"], p["only_a"], p["only_b"]) for p in result["probes"]] == [
+        ("q00000", 1.0, True, [], []), ("q00001", 1.0, True, [], []),
+    ]  # fmt: skip
+    assert all(p["ms_a"] is not None and p["ms_b"] is not None for p in result["probes"])
+    ref = json.loads(run_cli("compare", "ab-builtin", "ab-ref", "--retrievals", "--k", "3", "--db", str(out),
+                             "--json").output)  # fmt: skip
+    # the reference server finds the same observations for "gym tea" but ranks another first
+    assert [(p["overlap_at_k"], p["same_first"]) for p in ref["probes"]] == [(1.0, True), (1.0, False)]
+    assert ref["same_first_rate"] == 0.5
+    top1 = json.loads(run_cli("compare", "ab-builtin", "ab-ref", "--retrievals", "--k", "1", "--db", str(out),
+                              "--json").output)["probes"][1]  # fmt: skip
+    assert top1["overlap_at_k"] == 0.0 and len(top1["only_a"]) == len(top1["only_b"]) == 1
+    assert top1["only_a"] != top1["only_b"]
+    table = run_cli("compare", "ab-builtin", "ab-mem0", "--retrievals", "--db", str(out))
+    assert table.output.startswith("retrievals of ab-builtin (A) and ab-mem0 (B): 2 probes paired")
+
 
 def test_a_from_trace_selection_with_no_events_is_one_clear_line(tmp_path: Path, db_path: Path) -> None:
     store = TraceStore(db_path)
