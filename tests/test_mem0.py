@@ -268,3 +268,25 @@ async def test_a_vector_store_another_backend_holds_is_refused_with_qdrant_s_rea
             open_mem0(upstream, tmp_path / "mem0")
     finally:
         await first.close()
+
+
+async def test_an_add_whose_every_fact_is_already_stored_is_a_call_with_no_effect(
+    upstream: Any, tmp_path: Path
+) -> None:
+    backend = open_mem0(upstream, tmp_path / "mem0")
+    try:
+        first = await backend.add("dan", "Dan plays jazz piano")
+        again = await backend.add("dan", "Dan plays jazz piano")
+        listed = await backend.list("dan")
+    finally:
+        await backend.close()
+    [stored] = first.effects
+    assert again.effects == [] and again.value["results"] == []
+    assert again.value["skipped"] == [
+        {
+            "text": "Dan plays jazz piano",
+            "reason": "already stored (same md5 hash)",
+            "duplicate_of": stored.item_id,
+        }
+    ]
+    assert listed.value["total"] == 1
