@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The reference MCP memory server the integration tests run as a real upstream (package.json).
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench soak clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "memtap needs Python 3.11+"'
@@ -56,6 +56,10 @@ bench: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/search_scaling.py
 	$(BIN)/python benchmarks/replay_throughput.py
 	$(BIN)/python benchmarks/openai_overhead.py
+
+# The long harness: fuzz (MEMTAP_FUZZ_EXAMPLES cases per operation and mode, default 200).
+soak: $(STAMP) $(NODE_STAMP)
+	$(BIN)/python benchmarks/fuzz_soak.py
 
 clean:
 	rm -rf $(VENV) node_modules .demo .pytest_cache .mypy_cache .ruff_cache

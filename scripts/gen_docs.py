@@ -3,7 +3,8 @@
 
 - ``docs/cli.md``: the ``--help`` text of every ``memtap`` command and subcommand;
 - ``docs/trace-schema.md``: the SQL schema of a blank memtap database;
-- ``docs/mcp-tools.md``: the MCP tools ``memtap serve`` offers, with their JSON schemas.
+- ``docs/mcp-tools.md``: the MCP tools ``memtap serve`` offers, with their JSON schemas;
+- ``docs/openapi.json``: the OpenAPI description of the HTTP API, as ``/openapi.json`` serves it.
 
 Run ``.venv/bin/python scripts/gen_docs.py`` after changing a command, a migration or a
 tool; ``--check`` only reports stale pages (exit 1). ``tests/test_docs.py`` runs the check.
@@ -274,7 +275,10 @@ def _argument_table(schema: dict[str, Any], skip: Sequence[str] = ()) -> list[st
 
 
 def render_tools() -> str:
+    from memtap.limits import DEFAULT_LIMITS, install
     from memtap.proxy.context import HEADERS
+
+    install(DEFAULT_LIMITS)  # the schemas show the default caps
     from memtap.proxy.tools import CONTEXT_FIELDS, TOOLS, AccessArg
 
     served = _served_tools()
@@ -365,12 +369,35 @@ def render_tools() -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- docs/openapi.json ---------------------------------------------------------------------------
+
+
+def render_openapi() -> str:
+    """The OpenAPI description ``/openapi.json`` serves, for the default caps and no config."""
+    import asyncio
+
+    from memtap.limits import DEFAULT_LIMITS, install
+    from memtap.proxy.api_docs import openapi_document
+    from memtap.proxy.app import create_app
+    from memtap.proxy.runtime import Runtime, Settings
+
+    install(DEFAULT_LIMITS)
+    with tempfile.TemporaryDirectory() as folder:
+        runtime = Runtime(Settings(db=Path(folder) / "openapi.db"))
+        try:
+            document = openapi_document(create_app(runtime))
+        finally:
+            asyncio.run(runtime.aclose())
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "docs/cli.md": render_cli,
     "docs/trace-schema.md": render_schema,
     "docs/mcp-tools.md": render_tools,
+    "docs/openapi.json": render_openapi,
 }
 
 

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from memtap.errors import MemtapError
+from memtap.limits import DEFAULT_LIMITS, install
 from memtap.probes.targets._server import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,13 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MEMTAP_DB", raising=False)
     monkeypatch.delenv("MEMTAP_API_KEYS", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _default_limits() -> Iterator[None]:
+    """A test that serves memtap with other caps (memtap.limits, per process) leaves the defaults."""
+    yield
+    install(DEFAULT_LIMITS)
 
 
 @pytest.fixture

@@ -221,7 +221,7 @@ def test_the_auth_package_is_a_leaf() -> None:
 
     import memtap.auth
 
-    allowed = ("memtap.auth", "memtap.errors", "memtap.trace.models")
+    allowed = ("memtap.auth", "memtap.errors", "memtap.limits", "memtap.trace.models")
     for path in Path(memtap.auth.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("memtap"):

@@ -39,7 +39,9 @@ def gen_docs() -> ModuleType:
 # -- generated pages -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("page", ["docs/cli.md", "docs/trace-schema.md", "docs/mcp-tools.md"])
+@pytest.mark.parametrize(
+    "page", ["docs/cli.md", "docs/trace-schema.md", "docs/mcp-tools.md", "docs/openapi.json"]
+)
 def test_generated_page_matches_the_code(gen_docs: ModuleType, page: str) -> None:
     assert page in gen_docs.PAGES
     expected = gen_docs.PAGES[page]()

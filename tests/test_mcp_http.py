@@ -136,8 +136,11 @@ async def test_a_body_that_is_not_utf8_is_refused_and_the_server_stays_up(
     assert not ok.is_error
     server.stop()
     store = TraceStore(server.db)
-    assert [e.arguments["content"] for e in store.list_events()] == ["fine"]
+    refusal, added = store.list_events()
     store.close()
+    assert refusal.op == Op.CONTROL and refusal.tool == "POST /mcp" and refusal.status == "error"
+    assert refusal.error is not None and refusal.error.startswith("HTTP 400: Parse error")
+    assert added.arguments["content"] == "fine"
 
 
 async def test_api_keys_map_to_principals_and_never_enter_the_trace(start_http_server: StartServer) -> None:

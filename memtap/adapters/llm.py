@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from memtap.config import ModelEntry, RouteSettings, resolve_secret
 from memtap.errors import ConfigError, ProxyError
+from memtap.jsontext import json_body
 
 __all__ = [
     "OPENAI_COMPATIBLE",
@@ -110,7 +111,7 @@ class Upstream:
         missing = {k: v for k, v in self.defaults.items() if k not in request}
         if not changed and request.get("model") == self.model and not missing:
             return raw
-        return json.dumps({**missing, **request, "model": self.model}, ensure_ascii=False).encode()
+        return json_body({**missing, **request, "model": self.model})  # lone surrogates stay escaped
 
 
 def upstream_from_entry(entry: ModelEntry, route: RouteSettings | None, default_timeout: float) -> Upstream:

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from memtap.auth.caller import Caller
 from memtap.auth.grants import Policy, Right
 from memtap.errors import AccessDenied, InvalidArguments, PinnedContextViolation
+from memtap.limits import check_context_fields, clip, within_caps
 from memtap.trace.models import Context
 
 __all__ = [
@@ -137,6 +138,8 @@ def _merged(
 
 
 def _context(caller: Caller, client: str | None, upstream: str | None, fields: dict[str, Any]) -> Context:
+    check_context_fields(fields)  # lengths and encodability, before they reach the trace (memtap.limits)
+    client = clip(client)  # informational (a user agent, an MCP client's name): cut, not refused
     try:
         return Context(principal=caller.principal, client=client, upstream=upstream, **fields)
     except ValidationError as exc:
@@ -200,6 +203,8 @@ def best_context(
     (arguments over ``_meta`` over headers, pinned fields last where nothing asked otherwise),
     dropping only the fields that are not valid."""
     fields = merge_layers((*layers, {k: v for k, v in (arguments or {}).items() if k in ARGUMENT_FIELDS}))
+    fields = within_caps(fields)  # a field over the caps is what the call was refused for
+    client = clip(client)
     for name, value in caller.pinned.items():
         fields.setdefault(name, value)
     fields.setdefault("namespace", caller.pinned.get("namespace") or caller.principal)

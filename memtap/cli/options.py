@@ -10,7 +10,15 @@ import click
 
 from memtap.errors import ConfigError
 
-__all__ = ["db_option", "json_option", "loop_options", "open_store", "parse_host_port", "serving_config"]
+__all__ = [
+    "db_option",
+    "json_option",
+    "limit_options",
+    "loop_options",
+    "open_store",
+    "parse_host_port",
+    "serving_config",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,6 +37,39 @@ def db_option(func: F) -> F:
         default=None,
         help="Trace database (default: $MEMTAP_DB or ~/.memtap/memtap.db).",
     )(func)
+
+
+def limit_options(func: F) -> F:
+    """The caps on client input (memtap.limits), passed on as one ``limits`` argument."""
+    import functools
+
+    from memtap.limits import DEFAULT_LIMITS, Limits
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["limits"] = Limits(
+            max_field_chars=kwargs.pop("max_field_chars"),
+            max_metadata_bytes=kwargs.pop("max_metadata_bytes"),
+            max_json_depth=kwargs.pop("max_json_depth"),
+            max_header_bytes=kwargs.pop("max_header_bytes"),
+        )
+        return func(*args, **kwargs)
+
+    options = [
+        ("--max-field-chars", DEFAULT_LIMITS.max_field_chars, 16,
+         "Longest namespace, session, run, id, principal or X-Memtap-* header, in characters."),
+        ("--max-metadata-bytes", DEFAULT_LIMITS.max_metadata_bytes, 2,
+         "Largest memory metadata, in bytes of compact UTF-8 JSON."),
+        ("--max-json-depth", DEFAULT_LIMITS.max_json_depth, 4,
+         "Deepest nesting of a /v1 request body or of memory metadata."),
+        ("--max-header-bytes", DEFAULT_LIMITS.max_header_bytes, 1024,
+         "Largest HTTP header value, in bytes (64 times this for all headers)."),
+    ]  # fmt: skip
+    decorated: Any = wrapper
+    for flag, default, least, text in reversed(options):
+        decorated = click.option(flag, type=click.IntRange(min=least), default=default, show_default=True,
+                                 help=text)(decorated)  # fmt: skip
+    return decorated  # type: ignore[no-any-return]
 
 
 def json_option(func: F) -> F:

@@ -25,6 +25,7 @@ from memtap.cli.options import (
     auth_settings,
     db_option,
     json_option,
+    limit_options,
     loop_options,
     parse_host_port,
     resolve_db,
@@ -34,6 +35,7 @@ from memtap.errors import ConfigError, MemtapError
 
 if TYPE_CHECKING:
     from memtap.config import ConfigFile
+    from memtap.limits import Limits
 
 __all__ = ["init_config", "proxy"]
 
@@ -149,6 +151,7 @@ class _ProxyGroup(click.Group):
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
 @auth_options
+@limit_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
@@ -171,6 +174,7 @@ def proxy(
     grants: tuple[str, ...],
     act_for: tuple[str, ...],
     context_args: bool | None,
+    limits: Limits,
     console_spans: bool,
     verbose: bool,
 ) -> None:
@@ -201,6 +205,7 @@ def proxy(
         api_keys=keys,
         config=loaded,
         default_principal=principal,
+        limits=limits,
         console_spans=console_spans,
         **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args),
         upstreams=servers,

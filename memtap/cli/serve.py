@@ -4,6 +4,7 @@ OpenAI-compatible chat proxy over the upstreams of a config file."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,11 +12,15 @@ from memtap.cli.options import (
     auth_options,
     auth_settings,
     db_option,
+    limit_options,
     loop_options,
     parse_host_port,
     resolve_db,
     serving_config,
 )
+
+if TYPE_CHECKING:
+    from memtap.limits import Limits
 
 DEFAULT_HTTP = "127.0.0.1:8750"
 
@@ -50,6 +55,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     show_default=True,
     help="Largest memory content, in UTF-8 bytes.",
 )
+@limit_options
 @click.option(
     "--config",
     "config_path",
@@ -70,6 +76,7 @@ def serve(
     act_for: tuple[str, ...],
     context_args: bool | None,
     max_content_bytes: int,
+    limits: Limits,
     config_path: Path | None,
     console_spans: bool,
     verbose: bool,
@@ -88,6 +95,7 @@ def serve(
         config=config,
         default_principal=principal,
         max_content_bytes=max_content_bytes,
+        limits=limits,
         **auth_settings(config, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
         console_spans=console_spans,
     )

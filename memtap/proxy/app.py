@@ -13,11 +13,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 
 from memtap import __version__
+from memtap.proxy.api_docs import Health, install_openapi
+from memtap.proxy.guard import RequestGuard, validation_error
 from memtap.proxy.mcp_server import build_mcp_server
 from memtap.proxy.openai_api import DirectRoutes, OpenAIFrontDoor
 from memtap.proxy.replay_clock import mount_replay_clock
@@ -95,8 +98,10 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             yield
 
     app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    install_openapi(app)  # the /v1 and MCP endpoints too (proxy/api_docs.py)
 
-    @app.get("/healthz")
+    @app.get("/healthz", responses={200: {"model": Health}})
     async def healthz(request: Request) -> dict[str, Any]:
         """Liveness for anyone; the details (paths, counters) only for callers with a key."""
         if settings.authenticated and authentication.caller_or_none(request.headers) is None:
@@ -120,6 +125,12 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     openai_routes = openai.routes(authentication.gate)
     app.router.routes.extend(openai_routes)
     app.add_middleware(DirectRoutes, routes=openai_routes)
+    app.add_middleware(  # outermost: header caps, and an event for every refusal (proxy/guard.py)
+        RequestGuard,
+        recorder=runtime.recorder,
+        caller_of=authentication.caller_or_none,
+        default_principal=settings.default_principal,
+    )
     if pool is not None:
         from memtap.proxy.forward import ByUpstream
 

@@ -42,7 +42,14 @@ from memtap.auth import (
     resolve_context,
 )
 from memtap.errors import AccessDenied, InvalidArguments
-from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
+from memtap.proxy.http import (
+    RequestProblem,
+    headers_of,
+    parse_object,
+    read_body,
+    refuse_unencodable,
+    send_bytes,
+)
 from memtap.proxy.memory_layer import MemoryLayer, Recall
 from memtap.proxy.sse import complete_prefix, summarise_stream
 from memtap.trace.calls import CallRecord, recorded_call
@@ -231,6 +238,8 @@ class ChatProxy:
                 call.links.append(recall.event_id)
         stream = request.get("stream") is True
         passthrough = upstream.via == "passthrough"
+        if not passthrough:  # litellm re-encodes the request: refuse what it cannot encode
+            refuse_unencodable(outgoing)
         body = upstream.prepare(outgoing, raw, changed=bool(recall.memories)) if passthrough else b""
         reply: str | None = None
         complete = True

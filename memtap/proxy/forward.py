@@ -54,8 +54,9 @@ from memtap.errors import (
     UpstreamRPCError,
 )
 from memtap.proxy.context import META_KEY
+from memtap.proxy.guard import RECORDED_SCOPE_KEY, mark_recorded
 from memtap.proxy.mcp_server import caller as mcp_caller
-from memtap.proxy.mcp_server import client_name
+from memtap.proxy.mcp_server import client_name, new_server
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
@@ -322,6 +323,7 @@ def build_forward_server(
             return types.CallToolResult(content=[text], is_error=True)
         if parsed is not None:
             return parsed
+        mark_recorded(ctx)  # the guard must not record this JSON-RPC error a second time
         raise MCPError(code, call.error or "error", data)
 
     async def call_tool(
@@ -386,6 +388,7 @@ def build_forward_server(
                 contents = result.get("contents") or []
                 call.value = {"contents": len(contents)}
                 return types.ReadResourceResult.model_validate(result)
+        mark_recorded(ctx)
         raise MCPError(_error_code(last), str(last))
 
     async def list_prompts(
@@ -409,7 +412,7 @@ def build_forward_server(
             raise MCPError(_error_code(exc), str(exc)) from None
         return types.GetPromptResult.model_validate(result)
 
-    return Server(
+    return new_server(
         "memtap" if only is None else f"memtap/{only}",
         version=__version__,
         get_tool_input_schema=router.input_schema,
@@ -456,6 +459,7 @@ class ByUpstream:
             await endpoint(scope, receive, send)
             return
         if scope.get("method") == "POST":
+            scope[RECORDED_SCOPE_KEY] = True  # the guard records refusals that are not recorded here
             async with recorded_call(
                 self.recorder,
                 tool=f"servers/{name}",

@@ -6,7 +6,6 @@ response objects: on the pass-through path every microsecond is the caller's.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -14,8 +13,16 @@ from starlette.types import Receive, Scope, Send
 from memtap.adapters.llm import error_body
 from memtap.auth.gate import headers_of
 from memtap.errors import ProxyError
+from memtap.limits import TooDeep, first_unencodable, load_json
 
-__all__ = ["RequestProblem", "headers_of", "parse_object", "read_body", "send_bytes"]
+__all__ = [
+    "RequestProblem",
+    "headers_of",
+    "parse_object",
+    "read_body",
+    "refuse_unencodable",
+    "send_bytes",
+]
 
 
 class RequestProblem(ProxyError):
@@ -68,7 +75,9 @@ def _too_large(size: int, limit: int) -> RequestProblem:
 def parse_object(raw: bytes) -> dict[str, Any]:
     """A JSON object body, or a 400 saying what is wrong with it."""
     try:
-        value = json.loads(raw)
+        value = load_json(raw)
+    except TooDeep as exc:
+        raise RequestProblem(400, f"{exc} (--max-json-depth)", code="json_too_deep") from None
     except UnicodeDecodeError:
         raise RequestProblem(400, "the request body is not UTF-8 text") from None
     except ValueError as exc:
@@ -78,6 +87,20 @@ def parse_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RequestProblem(400, f"the request body must be a JSON object, not {type(value).__name__}")
     return value
+
+
+def refuse_unencodable(value: Any, where: str = "") -> None:
+    """A 400 naming the first string of ``value`` that holds an unpaired surrogate. For paths that
+    cannot forward such a string as the client wrote it (litellm, local embedders); the
+    pass-through path forwards it escaped instead (``memtap.jsontext.json_body``)."""
+    found = first_unencodable(value, where)
+    if found is not None:
+        raise RequestProblem(
+            400,
+            f"{found} is not valid Unicode text (it holds an unpaired surrogate, such as \\ud800)",
+            param=found.partition(".")[0].partition("[")[0] or None,
+            code="invalid_unicode",
+        )
 
 
 async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes = b"application/json") -> None:

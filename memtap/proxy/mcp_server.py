@@ -8,12 +8,14 @@ connection, so the server stays up.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import mcp.types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from memtap import __version__
 from memtap.auth import CALLER_SCOPE_KEY, Caller, fields_from_headers, fields_from_meta, headers_of
@@ -21,9 +23,30 @@ from memtap.jsontext import json_text
 from memtap.proxy.service import MemoryService, ToolOutcome
 from memtap.proxy.tools import TOOLS
 
-__all__ = ["build_mcp_server", "caller", "client_name"]
+__all__ = ["LOG_LEVEL_ATTR", "build_mcp_server", "caller", "client_name", "new_server"]
 
 _CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
+# The level a client asked for with logging/setLevel, kept on its session.
+LOG_LEVEL_ATTR = "memtap_log_level"
+
+
+async def _set_logging_level(
+    ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+) -> types.EmptyResult:
+    """``logging/setLevel``: the level is kept for the client's session. memtap sends no
+    ``notifications/message`` of its own (its events are the record), so no level changes what
+    a client receives; the method is answered so clients that set a level work."""
+    if ctx.session is not None:
+        setattr(ctx.session, LOG_LEVEL_ATTR, params.level)
+    return types.EmptyResult()
+
+
+def new_server(name: str, **options: Any) -> Server[Any]:
+    """An SDK ``Server`` that also answers ``logging/setLevel`` (protocol versions before
+    2026-07-28 define it; the SDK warns that newer ones deprecate it, which we know)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return Server(name, on_set_logging_level=_set_logging_level, **options)
 
 
 def _tool_list(context_args: bool) -> list[types.Tool]:
@@ -110,7 +133,7 @@ def build_mcp_server(service: MemoryService, *, default_principal: str = "local"
         )
         return to_call_result(outcome)
 
-    return Server(
+    return new_server(
         "memtap",
         version=__version__,
         instructions=(

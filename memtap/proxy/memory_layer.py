@@ -17,6 +17,7 @@ The injected message is :data:`MEMORY_HEADER` followed by one line per memory
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ MEMORY_HEADER = (
     "(role), the session it came from and when it was recorded; they may be out of date, and what is said "
     "in the conversation takes precedence."
 )
+log = logging.getLogger("memtap.memory_layer")
 _LEADING_ROLES = frozenset({"system", "developer"})
 
 
@@ -108,7 +110,22 @@ class MemoryLayer:
     async def recall(
         self, request: dict[str, Any], *, caller: Caller, layers: tuple[Mapping[str, Any], ...]
     ) -> Recall:
-        """Search with the last user message and inject the results into ``request`` in place."""
+        """Search with the last user message and inject the results into ``request`` in place.
+
+        Never raises: a memory failure must not fail the chat, which goes on without memories
+        (the recall's ``error`` says why, and the chat event records it as ``search_error``)."""
+        t0 = time.perf_counter()
+        messages = request.get("messages")
+        try:
+            return await self._recall(request, caller=caller, layers=layers)
+        except Exception as exc:
+            log.exception("auto memory: the search before a chat failed")
+            request["messages"] = messages  # nothing half-injected
+            return Recall(ms=(time.perf_counter() - t0) * 1000, error=f"internal error: {type(exc).__name__}")
+
+    async def _recall(
+        self, request: dict[str, Any], *, caller: Caller, layers: tuple[Mapping[str, Any], ...]
+    ) -> Recall:
         t0 = time.perf_counter()
         messages = request.get("messages")
         found = _last_user(messages) if isinstance(messages, list) else None
@@ -151,8 +168,26 @@ class MemoryLayer:
         model: str,
     ) -> CaptureResult:
         """Write the new user turn (a request that ends with a user message) and, if
-        configured, the assistant's reply, with provenance; each write is its own event."""
+        configured, the assistant's reply, with provenance; each write is its own event.
+        Never raises (the chat is already answered): a failure is one of ``errors``."""
         result = CaptureResult()
+        try:
+            await self._capture(request, reply, result, caller=caller, layers=layers, model=model)
+        except Exception as exc:
+            log.exception("auto memory: capturing a chat turn failed")
+            result.errors.append(f"internal error: {type(exc).__name__}")
+        return result
+
+    async def _capture(
+        self,
+        request: dict[str, Any],
+        reply: str | None,
+        result: CaptureResult,
+        *,
+        caller: Caller,
+        layers: tuple[Mapping[str, Any], ...],
+        model: str,
+    ) -> CaptureResult:
         messages = request.get("messages")
         if not isinstance(messages, list) or not messages:
             return result

@@ -26,7 +26,14 @@ from memtap.auth import CALLER_SCOPE_KEY, Caller, Policy, best_context, local_ca
 from memtap.config import ConfigFile
 from memtap.errors import AccessDenied, InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
-from memtap.proxy.http import RequestProblem, headers_of, parse_object, read_body, send_bytes
+from memtap.proxy.http import (
+    RequestProblem,
+    headers_of,
+    parse_object,
+    read_body,
+    refuse_unencodable,
+    send_bytes,
+)
 from memtap.proxy.memory_layer import MemoryLayer
 from memtap.proxy.service import MemoryService
 from memtap.trace.calls import recorded_call
@@ -158,6 +165,8 @@ class OpenAIFrontDoor:
                 if problem is not None:
                     raise problem
                 _check_embedding_request(request, local=embedder is not None)
+                if embedder is not None or (upstream is not None and upstream.via != "passthrough"):
+                    refuse_unencodable(request["input"], "input")
                 try:
                     call.context = resolve_context(
                         who, layers=context_layers(request, headers), client=headers.get("user-agent")

@@ -32,10 +32,12 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memtap.auth import Authentication, Caller, Policy, Right, local_caller
 from memtap.errors import AccessDenied, AuthError, Forbidden
+from memtap.limits import current, unencodable
+from memtap.proxy.guard import RECORDED_SCOPE_KEY
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Context, Op, Role, utc_now
 from memtap.trace.writer import Recorder
@@ -59,6 +61,17 @@ class Mark(BaseModel):
     turn: str | None = None
     role: Role | None = None
 
+    @field_validator("namespace", "run", "principal", "episode", "session", "turn")
+    @classmethod
+    def _bounded_text(cls, value: str | None) -> str | None:
+        if value is not None:
+            cap = current().max_field_chars
+            if len(value) > cap:
+                raise ValueError(f"{len(value)} characters; the limit is {cap} (--max-field-chars)")
+            if unencodable(value):
+                raise ValueError("not valid UTF-8 text (it holds an unpaired surrogate)")
+        return value
+
     @model_validator(mode="after")
     def _has_key(self) -> Mark:
         if not (self.namespace or self.run or self.principal):
@@ -71,6 +84,32 @@ class Mark(BaseModel):
         if self.run:
             return ("run", self.run)
         return ("principal", str(self.principal))
+
+
+class MarkAnswer(BaseModel):
+    """The mark as it is set (``set_at``: when, UTC) or found."""
+
+    mark: dict[str, Any]
+
+
+class Cleared(BaseModel):
+    cleared: bool = Field(description="Whether there was a mark to clear")
+
+
+_AUTH: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or unknown API key (keys configured)"},
+    403: {"description": "The key may not mark that namespace, run or principal (recorded)"},
+}
+_KEYS = {
+    "parameters": [
+        {"name": key, "in": "query", "required": False, "schema": {"type": "string"},
+         "description": f"Name the mark by its {key} (give one of namespace, run, principal)"}
+        for key in ("namespace", "run", "principal")
+    ]
+}  # fmt: skip
+_BAD_KEY: dict[int | str, dict[str, Any]] = {
+    422: {"description": "No ?namespace=, ?run= or ?principal= to name the mark by"}
+}
 
 
 @dataclass
@@ -194,10 +233,13 @@ def mount_replay_clock(
                 ),
             ):
                 raise
+            request.scope[RECORDED_SCOPE_KEY] = True  # recorded here: the guard must not again
             return _error(403, str(exc), "permission_error")
         return caller
 
-    @app.post(MARK_PATH, response_model=None)
+    @app.post(
+        MARK_PATH, response_model=None, responses={200: {"model": MarkAnswer}, **_AUTH}, tags=["replay"]
+    )
     async def set_mark(mark: Mark, request: Request) -> dict[str, Any] | JSONResponse:
         """Mark the turn being played; memory calls without a turn are attributed to it."""
         named = [(k, str(getattr(mark, k))) for k in ("namespace", "run", "principal") if getattr(mark, k)]
@@ -206,7 +248,13 @@ def mount_replay_clock(
             return found
         return {"mark": clock.set(mark, found)}
 
-    @app.get(MARK_PATH, response_model=None)
+    @app.get(
+        MARK_PATH,
+        response_model=None,
+        responses={200: {"model": MarkAnswer}, 404: {"description": "No mark"}, **_AUTH, **_BAD_KEY},
+        tags=["replay"],
+        openapi_extra=_KEYS,
+    )
     async def get_mark(request: Request) -> dict[str, Any] | JSONResponse:
         kind, value = _key_of(request)
         found = await guarded(request, "GET", {kind: value}, [(kind, value)], Right.READ)
@@ -217,7 +265,13 @@ def mount_replay_clock(
             raise HTTPException(404, f"no mark for {kind} {value!r}")
         return {"mark": mark.model_dump(exclude_none=True)}
 
-    @app.delete(MARK_PATH, response_model=None)
+    @app.delete(
+        MARK_PATH,
+        response_model=None,
+        responses={200: {"model": Cleared}, **_AUTH, **_BAD_KEY},
+        tags=["replay"],
+        openapi_extra=_KEYS,
+    )
     async def clear_mark(request: Request) -> dict[str, Any] | JSONResponse:
         kind, value = _key_of(request)
         found = await guarded(request, "DELETE", {kind: value}, [(kind, value)], Right.WRITE)

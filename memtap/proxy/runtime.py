@@ -16,6 +16,7 @@ from memtap.adapters.registry import open_backend
 from memtap.auth import ApiKeyAuthenticator, Authentication, Authenticator, LocalAuthenticator, Policy
 from memtap.config import ConfigFile, McpServerConfig, parse_api_keys
 from memtap.errors import ConfigError
+from memtap.limits import DEFAULT_LIMITS, Limits, install
 from memtap.proxy.policy import GateMode
 from memtap.proxy.replay_clock import ReplayClock
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
@@ -62,6 +63,8 @@ class Settings:
     # The WWW-Authenticate value of a 401 (a JWT set-up adds its resource_metadata URL).
     challenge: str = "Bearer"
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+    # Caps on client input other than content (memtap.limits; docs/limits.md).
+    limits: Limits = DEFAULT_LIMITS
     console_spans: bool = False
     # Batch trace writes for this long (not in durable mode); see Recorder.
     record_linger_s: float = 0.01
@@ -102,6 +105,7 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        install(settings.limits)  # the caps are per process; the front doors read them
         self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
         self.recorder.start()
         self.upstreams: UpstreamPool | None = None

@@ -15,7 +15,8 @@ from memtap.adapters.base import BackendResult, MemoryBackend
 from memtap.auth import Caller, Policy, Right, best_context, default_requester, local_caller, resolve_context
 from memtap.auth.grants import right_for
 from memtap.auth.resolve import Clock
-from memtap.errors import AccessDenied, BackendError, ContentTooLarge, UnknownTool
+from memtap.errors import AccessDenied, BackendError, UnknownTool
+from memtap.limits import check_arguments
 from memtap.proxy.policy import GateMode, gate_retrieval, gate_stored
 from memtap.proxy.tools import (
     CONTEXT_FIELDS,
@@ -117,7 +118,7 @@ class MemoryService:
             except AccessDenied as exc:
                 call.context = getattr(exc, "context", None)
                 raise
-            self._check_content(args)
+            self._check_content(name, args)
             if isinstance(args, UpdateArgs) and args.access is not None and who.restricted:
                 await self._check_retag(who, context, args.id)
             call.query = args.query if isinstance(args, SearchArgs) else None
@@ -168,15 +169,9 @@ class MemoryService:
         kept = [m for m in call.value[listed_key] if m["id"] not in withheld]
         call.value = {**call.value, listed_key: kept, "withheld": len(withheld)}
 
-    def _check_content(self, args: ContextArgs) -> None:
-        content = getattr(args, "content", None)
-        if content is None:
-            return
-        size = len(content.encode("utf-8"))  # the argument model already refused unpaired surrogates
-        if size > self.max_content_bytes:
-            raise ContentTooLarge(
-                f"content is {size} bytes; the limit is {self.max_content_bytes} bytes (--max-content-bytes)"
-            )
+    def _check_content(self, tool: str, args: ContextArgs) -> None:
+        """Content and query sizes, string lengths, metadata size and depth (memtap.limits)."""
+        check_arguments(tool, args, max_content_bytes=self.max_content_bytes)
 
     async def _dispatch(self, args: ContextArgs, ctx: Context, event_id: str) -> BackendResult:
         backend, ns = self.backend, ctx.namespace

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from memtap.errors import InvalidArguments
+from memtap.limits import MAX_ITEMS, MAX_OFFSET, MAX_TURN, bound_schema
 from memtap.trace.models import Op, Role, Visibility
 
 __all__ = [
@@ -36,9 +37,15 @@ class AccessArg(BaseModel):
     visibility: Visibility | None = Field(
         None, description="private (owner only), participants (owner and participants), or public"
     )
-    participants: list[str] = Field(default_factory=list, description="Principals who took part")
-    allow: list[str] = Field(default_factory=list, description="Principals who may always be told")
-    deny: list[str] = Field(default_factory=list, description="Principals who must never be told")
+    participants: list[str] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description="Principals who took part"
+    )
+    allow: list[str] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description="Principals who may always be told"
+    )
+    deny: list[str] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description="Principals who must never be told"
+    )
     sensitivity: str | None = Field(None, description="A sensitivity category: health, finance, ...")
 
 
@@ -49,7 +56,9 @@ class ContextArgs(BaseModel):
 
     namespace: str | None = Field(None, description="Whose memory (defaults to the caller)")
     session: str | None = Field(None, description="Conversation session id")
-    turn: str | int | None = Field(None, description="Turn id within the session")
+    turn: str | Annotated[int, Field(ge=0, le=MAX_TURN)] | None = Field(
+        None, description="Turn id within the session"
+    )
     role: Role | None = Field(None, description="Who said what is remembered")
     requester: str | None = Field(None, description="On whose behalf a retrieval will be shown")
     run: str | None = Field(None, description="Experiment or replay run id")
@@ -90,7 +99,7 @@ class GetArgs(ContextArgs):
 
 class ListArgs(ContextArgs):
     limit: int = Field(50, ge=1, le=1000, description="How many items at most")
-    offset: int = Field(0, ge=0, description="How many items to skip (oldest first)")
+    offset: int = Field(0, ge=0, le=MAX_OFFSET, description="How many items to skip (oldest first)")
 
 
 class UpdateArgs(ContextArgs):
@@ -133,8 +142,9 @@ class ToolSpec:
     def input_schema(self, context_args: bool = False) -> dict[str, Any]:
         """The JSON schema a model sees: without the context fields unless ``context_args``
         (they come from the connection: headers, ``_meta``, the key). Calls that still send
-        them are accepted when they agree with the connection (see memtap.auth.resolve)."""
-        schema = self.args.model_json_schema()
+        them are accepted when they agree with the connection (see memtap.auth.resolve).
+        Strings are bounded by this process's caps (memtap.limits)."""
+        schema = bound_schema(self.args.model_json_schema())
         if context_args:
             return schema
         properties = {k: v for k, v in schema["properties"].items() if k not in CONTEXT_FIELDS}
