@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from memtap.auth.grants import DEFAULT_GRANTS, Grant, PrincipalPolicy, parse_rights
+from memtap.auth.jwt_config import JwtSettings
 from memtap.config_servers import (
     HttpServerConfig,
     McpServerConfig,
@@ -229,6 +230,9 @@ class MemtapSection(BaseModel):
     )
     principals: dict[str, PrincipalEntry] = Field(default_factory=dict)
     context_args: bool = Field(default=False, description="context fields in model-facing tool schemas")
+    jwt: JwtSettings | None = Field(
+        default=None, description="bearer JWTs from an OAuth issuer (auth/jwt.py)"
+    )
 
     @field_validator("principals")
     @classmethod

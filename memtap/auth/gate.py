@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -103,12 +103,24 @@ class LocalAuthenticator:
         return Caller(named, "local") if named else self._default
 
 
+Refusal = Callable[[Scope, Send, AuthError], Awaitable[None]]
+"""Answers (and may record) a refused request in place of the plain 401 (bearer JWTs: the
+RFC 6750 challenge with the resource metadata URL; see memtap/proxy/refusals.py)."""
+
+
 class Authentication:
     """The authenticators of one process, tried in order."""
 
-    def __init__(self, authenticators: Sequence[Authenticator], *, challenge: str = "Bearer") -> None:
+    def __init__(
+        self,
+        authenticators: Sequence[Authenticator],
+        *,
+        challenge: str = "Bearer",
+        on_refusal: Refusal | None = None,
+    ) -> None:
         self.authenticators = tuple(authenticators)
         self.challenge = challenge
+        self.on_refusal = on_refusal
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller:
         """The request's caller, or :class:`AuthError` (401 when nobody accepts it)."""
@@ -141,7 +153,10 @@ class Gate:
             try:
                 scope[CALLER_SCOPE_KEY] = self.authentication.authenticate(headers_of(scope))
             except AuthError as exc:
-                await _refuse(send, exc, self.authentication.challenge)
+                if self.authentication.on_refusal is not None:
+                    await self.authentication.on_refusal(scope, send, exc)
+                else:
+                    await _refuse(send, exc, self.authentication.challenge)
                 return
         await self.app(scope, receive, send)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
@@ -153,10 +154,12 @@ class _ProxyGroup(click.Group):
 @auth_options
 @limit_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
+@jwt_options
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
 def proxy(
     ctx: click.Context,
+    /,
     config: Path | None,
     stdio: bool,
     http: str | None,
@@ -177,6 +180,7 @@ def proxy(
     limits: Limits,
     console_spans: bool,
     verbose: bool,
+    **jwt_flags: str | None,
 ) -> None:
     """Wrap MCP servers (a config's mcpServers, or one command after --) and record every call.
 
@@ -199,6 +203,8 @@ def proxy(
     if explain:
         anyio.run(lambda: _explain(servers, inherit, timeout))
         return
+    bearer_jwts = jwt_authenticators(loaded, **jwt_flags)
+    gate = (loaded.memtap.gate or "enforce") if bearer_jwts else None
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
@@ -207,7 +213,8 @@ def proxy(
         default_principal=principal,
         limits=limits,
         console_spans=console_spans,
-        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args),
+        **auth_settings(loaded, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
+        authenticators=bearer_jwts,
         upstreams=servers,
         upstream_eager=start == "eager",
         upstream_timeout=timeout,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
@@ -63,6 +64,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     help="YAML/JSON config: LiteLLM's model_list (chat upstreams at /v1) and a memtap section.",
 )
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
+@jwt_options
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 def serve(
     http: str | None,
@@ -80,6 +82,7 @@ def serve(
     config_path: Path | None,
     console_spans: bool,
     verbose: bool,
+    **jwt_flags: str | None,
 ) -> None:
     """Serve memory tools over MCP (stdio and/or streamable HTTP), recording every call."""
     import anyio
@@ -88,6 +91,9 @@ def serve(
     from memtap.proxy.serve import serve as run
 
     config, keys = serving_config(config_path, api_keys, verbose)
+    bearer_jwts = jwt_authenticators(config, **jwt_flags)
+    if bearer_jwts and gate is None:  # credentials are required: enforce, unless the config says
+        gate = config.memtap.gate or "enforce"
     settings = Settings(
         db=resolve_db(db),
         durable=durable,
@@ -97,6 +103,7 @@ def serve(
         max_content_bytes=max_content_bytes,
         limits=limits,
         **auth_settings(config, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
+        authenticators=bearer_jwts,
         console_spans=console_spans,
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))

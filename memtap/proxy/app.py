@@ -19,6 +19,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 
 from memtap import __version__
+from memtap.auth.resource import ProtectedResource
 from memtap.proxy.api_docs import Health, install_openapi
 from memtap.proxy.guard import RequestGuard, validation_error
 from memtap.proxy.mcp_server import build_mcp_server
@@ -86,6 +87,11 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         policy=settings.policy,
     )
     authentication = runtime.authentication
+    protected = _protected_resource(runtime)
+    if protected is not None:  # bearer JWTs: RFC 6750 challenges, refusals recorded
+        from memtap.proxy.refusals import Refusals
+
+        authentication.on_refusal = Refusals(runtime.recorder, protected)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -117,6 +123,8 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             **({"upstreams": runtime.upstreams.status()} if runtime.upstreams is not None else {}),
         }
 
+    if protected is not None:
+        app.router.routes.extend(protected.routes())
     # A Route, not a Mount: a Mount answers POST /mcp with a redirect to /mcp/, an extra
     # round trip on every call for clients that follow it, and an error for those that do not.
     mcp_endpoint = authentication.gate(manager.handle_request)
@@ -144,3 +152,13 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             Route("/servers/{name}/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
         )
     return app
+
+
+def _protected_resource(runtime: Runtime) -> ProtectedResource | None:
+    """The OAuth protected resource of a server that accepts bearer JWTs (memtap/auth/jwt.py)."""
+    from memtap.auth.jwt import JwtAuthenticator
+
+    for each in runtime.settings.authenticators:
+        if isinstance(each, JwtAuthenticator):
+            return ProtectedResource(each.settings)
+    return None
