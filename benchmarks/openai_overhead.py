@@ -15,6 +15,11 @@ that acts for the benchmark's users: what the grant check and the pinned-context
 end to end (sequential rows only; against ``memtap auto`` in the same run). The same step is
 also timed in-process (``auth_cost.py``), where the machine's noise does not drown it.
 
+``memtap off +hw-probe`` is ``memtap off`` on a third memtap started with ``--hw-probe``
+(10 Hz, docs/hardware.md): what sampling adds to call latency (+ columns against ``memtap
+off``, interleaved in the same rounds), and the sampler thread's CPU time over the whole run as
+a share of one core (from the probe's own record, written when that memtap stops).
+
     .venv/bin/python benchmarks/openai_overhead.py [--sequential 400] [--concurrent 1600]
 
 Everything runs on this machine (loopback only); the client is aiohttp in this process.
@@ -108,7 +113,7 @@ def grants_config() -> dict[str, Any]:
     return principals
 
 
-def start_processes(workdir: Path, procs: list[subprocess.Popen[bytes]]) -> tuple[str, str, str]:
+def start_processes(workdir: Path, procs: list[subprocess.Popen[bytes]]) -> tuple[str, str, str, str]:
     """Start the upstream and memtap (appended to ``procs`` as they start, for the caller to stop)."""
     up_port, memtap_port, grants_port = free_port(), free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), str(up_port)])
@@ -149,7 +154,37 @@ def start_processes(workdir: Path, procs: list[subprocess.Popen[bytes]]) -> tupl
     wait_for(f"http://127.0.0.1:{grants_port}/healthz", granted)
     granted_url = f"http://127.0.0.1:{grants_port}/v1"
     AUTH_HEADERS[granted_url] = {"Authorization": f"Bearer {APP_KEY}"}
-    return base, f"http://127.0.0.1:{memtap_port}/v1", granted_url
+    # The first memtap's config again, with the hardware probe sampling at 10 Hz.
+    probe_port = free_port()
+    probed = subprocess.Popen(
+        [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{probe_port}",
+         "--db", str(workdir / "probe.db"), "--config", str(path), "--hw-probe", "--hw-interval", "100",
+         "--hw-baseline", "0"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    procs.append(probed)
+    wait_for(f"http://127.0.0.1:{probe_port}/healthz", probed)
+    return base, f"http://127.0.0.1:{memtap_port}/v1", granted_url, f"http://127.0.0.1:{probe_port}/v1"
+
+
+def sampler_cost(db: Path) -> str:
+    """The probed memtap's sampler CPU over its run, read from its hw_runs row."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute(
+            "SELECT sampler_cpu_s, ended_ts - started_ts, samples, dropped FROM hw_runs"
+        ).fetchone()
+    finally:
+        conn.close()
+    if row is None or row[0] is None:
+        return "hw-probe: the probed memtap recorded no sampler time (did it stop cleanly?)"
+    cpu, wall, samples, dropped = row
+    return (
+        f"hw-probe at 10 Hz: sampler thread {cpu:.3f} s CPU over {wall:.1f} s = "
+        f"{100 * cpu / wall:.3f}% of one core ({samples} samples, {dropped} dropped)"
+    )
 
 
 async def call(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> tuple[float, float]:
@@ -229,8 +264,9 @@ async def run(args: argparse.Namespace) -> None:
         await seed_memories(Path(tmp) / "grants.db")
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            direct, memtap, granted = start_processes(Path(tmp), procs)
+            direct, memtap, granted, probed = start_processes(Path(tmp), procs)
             chat = f"{memtap}/chat/completions"
+            probed_chat = f"{probed}/chat/completions"
             granted_chat = f"{granted}/chat/completions"
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector) as session:
@@ -240,6 +276,7 @@ async def run(args: argparse.Namespace) -> None:
                         await call(session, f"{direct}/chat/completions", body_for("fake-1", stream), stream)
                         await call(session, chat, auto_body(20_000 + i, stream), stream)
                         await call(session, granted_chat, auto_body(20_000 + i, stream), stream)
+                        await call(session, probed_chat, body_for("fake-1", stream), stream)
                         for model in ("fake-1", "fake-litellm"):
                             await call(session, chat, body_for(model, stream), stream)
                 rows = []
@@ -250,6 +287,7 @@ async def run(args: argparse.Namespace) -> None:
                         "memtap off": (chat, fixed("fake-1", stream)),
                         "memtap auto": (chat, lambda i, s=stream: auto_body(i, s)),
                         "memtap auto +grants": (granted_chat, lambda i, s=stream: auto_body(i, s)),
+                        "memtap off +hw-probe": (probed_chat, fixed("fake-1", stream)),
                     }
                     seq = await sequential(session, targets, args.sequential, stream)
                     litellm_target = (chat, fixed("fake-litellm", stream))
@@ -278,6 +316,18 @@ async def run(args: argparse.Namespace) -> None:
                         rps, conc = await concurrent(session, url, body, total, stream)
                         totals = [t for t, _ in samples]
                         firsts = [f for _, f in samples]
+                        if name == "memtap off +hw-probe":  # compared with memtap off, not direct
+                            off = seq["memtap off"]
+                            off_first = [f for _, f in off]
+                            rows.append({
+                                "path": name, "kind": kind, "p50": pct(totals, 0.5), "p99": pct(totals, 0.99),
+                                "add50": pct(totals, 0.5) - pct([t for t, _ in off], 0.5),
+                                "add99": pct(totals, 0.99) - pct([t for t, _ in off], 0.99),
+                                "ttft": pct(firsts, 0.5) if stream else None,
+                                "addttft": pct(firsts, 0.5) - pct(off_first, 0.5) if stream else None,
+                                "rps": rps, "c50": pct(conc, 0.5), "c99": pct(conc, 0.99),
+                            })  # fmt: skip
+                            continue
                         rows.append({
                             "path": name, "kind": kind,
                             "p50": pct(totals, 0.5), "p99": pct(totals, 0.99),
@@ -292,8 +342,11 @@ async def run(args: argparse.Namespace) -> None:
                 proc.terminate()
             for proc in procs:
                 proc.wait(timeout=30)
+            cost = sampler_cost(Path(tmp) / "probe.db")
     print_table(rows, args)
     print("(memtap auto +grants: + columns against memtap auto, not direct; no concurrent run)")
+    print("(memtap off +hw-probe: + columns against memtap off, not direct)")
+    print(cost)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import auth_cost
 

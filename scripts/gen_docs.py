@@ -75,6 +75,22 @@ TABLE_NOTES = {
         "The answer to each probe in each attempt: requester, the reader's `answer` (JSON in the probe "
         "type's shape; NULL with `--reader none`), the ranked ids of the memories `retrieved`, and latency."
     ),
+    "hw_runs": (
+        "One row per command run with `--hw-probe` (docs/hardware.md): the command, the replay run it "
+        "watched, start, end and the idle-baseline window (ISO text and Unix seconds), the interval, the "
+        "probe's one-line `note`, samples taken, `dropped` (the database could not keep up), `gaps` "
+        "(failed readings), `write_errors`, and the sampler thread's CPU seconds."
+    ),
+    "hw_devices": (
+        "The devices of a probed run, described once: `host` or `gpu0`, `gpu1`, ...; `info` is JSON "
+        "(GPU: index, UUID, driver, memory, power limit, whether it has an energy counter; host: name, "
+        "platform, CPUs, Python)."
+    ),
+    "hw_samples": (
+        "Every reading, at `ts` (Unix seconds): GPU power (W), energy counter (J), utilisation, memory "
+        "used (MiB), temperature (C), clocks (MHz); host CPU utilisation (%), busy core-seconds and "
+        "memtap's CPU seconds (counters). `error` marks a gap and says which call failed."
+    ),
     "suite_episodes": (
         "The episodes of every suite a run replayed, keyed by the suite file's sha256 (written once), so "
         "a run can be scored from this database alone."

@@ -34,7 +34,7 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
     )
     assert _columns(db_path, "effects") == [
         "event_id", "seq", "kind", "backend", "namespace", "item_id", "content_before", "content_after",
-        "tags_before", "tags_after", "rank", "score", "derived_from",
+        "tags_before", "tags_after", "rank", "score", "derived_from", "reconciled", "evidence",
     ]  # fmt: skip
     assert {"item_id", "version", "valid_from", "valid_to", "retrieved_count"} <= set(
         _columns(db_path, "items")
@@ -44,9 +44,16 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")]
     assert applied == [
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
-        "m012_add_run_episode_counts",
+        "m009_add_reconciled_effects", "m012_add_run_episode_counts", "m017_create_hw_samples",
     ]  # fmt: skip
     assert applied == [m.name for m in MIGRATIONS._migrations]
+    assert _columns(db_path, "hw_samples") == [
+        "run_id", "device", "ts", "power_w", "energy_j", "gpu_util", "mem_util", "mem_used_mb", "temp_c",
+        "sm_clock_mhz", "mem_clock_mhz", "cpu_util", "cpu_busy_s", "proc_cpu_s", "error",
+    ]  # fmt: skip
+    assert {"replay_run_id", "baseline_until_ts", "dropped", "gaps", "sampler_cpu_s"} <= set(
+        _columns(db_path, "hw_runs")
+    )
     assert {"total_ms", "parent_id", "model", "provider", "input_tokens", "output_tokens", "ttft_ms",
             "memory_ms", "links"} <= set(_columns(db_path, "events"))  # fmt: skip
 

@@ -77,9 +77,8 @@ def graph_from_result(result: dict[str, Any]) -> Graph:
 def memory_file_for(config: McpServerConfig, env: Mapping[str, str] | None = None) -> Path | None:
     """Where a stdio reference server keeps its graph, when that can be known from its config.
 
-    ``env`` is the environment the server is started with (its entry's ``env`` over what it
-    inherits, e.g. the ``MEMORY_FILE_PATH`` a client set for ``memtap proxy -- COMMAND``);
-    without it, the entry's ``env`` alone."""
+    ``env`` is the environment the server is started with (default: the entry's own ``env``;
+    ``memtap proxy -- COMMAND`` passes on memtap's own environment)."""
     if not isinstance(config, StdioServerConfig):
         return None
     env = config.env if env is None else env

@@ -32,12 +32,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from memtap.adapters.graph_state import FileState, Graph, Relation, graph_from_result, memory_file_for
-from memtap.errors import UpstreamError
+from memtap.adapters.reconcile import Reconciler
+from memtap.errors import UpstreamError, UpstreamTimeout
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op
 
 if TYPE_CHECKING:
@@ -119,23 +123,39 @@ def _nothing() -> None:
     pass
 
 
+def _environment(upstream: Upstream) -> dict[str, str] | None:
+    """The environment the upstream's process gets (its own ``MEMORY_FILE_PATH`` included)."""
+    from memtap.adapters.upstream import child_environment
+    from memtap.config import StdioServerConfig
+
+    if not isinstance(upstream.config, StdioServerConfig):
+        return None
+    return child_environment(upstream.config, inherit=upstream.inherit_env)
+
+
+async def _acquire(lock: anyio.Lock, timeout: float) -> bool:
+    """Take ``lock`` within ``timeout``; False when it stayed held that long."""
+    try:
+        lock.acquire_nowait()  # the common case, without a cancel scope
+        return True
+    except anyio.WouldBlock:
+        pass
+    with anyio.move_on_after(timeout):
+        await lock.acquire()
+        return True
+    return False
+
+
 class GraphTap:
     """Forwards calls to a reference memory server and derives what each one really changed."""
 
     def __init__(self, upstream: Upstream) -> None:
-        from memtap.adapters.upstream import child_environment
-        from memtap.config import StdioServerConfig
-
         self.upstream = upstream
-        env = (
-            child_environment(upstream.config, inherit=upstream.inherit_env)
-            if isinstance(upstream.config, StdioServerConfig)
-            else None
-        )  # the server's own env, inherited ones included: where it really writes
-        path = memory_file_for(upstream.config, env)
+        path = memory_file_for(upstream.config, _environment(upstream))
         self.file = FileState(path) if path is not None else None
         self._verified = False
         self._seq = 0
+        self.reconciler = Reconciler(self)
         # Observations a delete_observations removed, by (namespace, session, turn, entity),
         # waiting for an add_observations in the same turn that replaces them.
         self._removed: OrderedDict[tuple[str | None, ...], tuple[int, list[str]]] = OrderedDict()
@@ -153,6 +173,12 @@ class GraphTap:
                 f"open_nodes failed on upstream {self.upstream.name!r}: {result.get('content')}"
             )
         return graph_from_result(result)
+
+    async def read_from_server(self, names: frozenset[str] | None) -> Graph:
+        """The state of ``names`` (None: the whole graph) as the server itself reports it."""
+        if names is None:
+            return graph_from_result(await self.upstream.call_tool("read_graph", {}))
+        return await self._open_nodes(names)
 
     async def _read(self, names: frozenset[str] | None, *, fresh: bool) -> Graph:
         """The state of the entities ``names`` (and relations touching them); None: the whole graph."""
@@ -209,26 +235,43 @@ class GraphTap:
             return result, effects, None
         # A write this profile does not know (a newer server's tool) is diffed over the whole graph.
         names = frozenset(named_entities(tool, arguments)) if tool in MUTATING_TOOLS else None
-        async with upstream.write_lock:
+        # The wait for an earlier write (a hung upstream) counts against this call's timeout.
+        deadline = time.monotonic() + upstream.timeout
+        if not await _acquire(upstream.write_lock, upstream.timeout):
+            raise UpstreamTimeout(
+                f"upstream {upstream.name!r} did not answer {tool} within {upstream.timeout:g} s "
+                "(an earlier write to it has not finished)",
+                upstream=upstream.name,
+            )
+        try:
             self._seq += 1
             seq = self._seq
+            if self.reconciler.unsettled:
+                await self.reconciler.settle()
             before = await self._read(names, fresh=False)
             start()
             try:
-                result = await upstream.call_tool(tool, arguments, meta)
-            except UpstreamError:
+                result = await upstream.call_tool(
+                    tool, arguments, meta, timeout=max(0.001, deadline - time.monotonic())
+                )
+            except UpstreamError as exc:
+                end()
                 if self.file is not None:
                     self.file.forget()  # a timed-out write may still land: read fresh next time
+                await self.reconciler.failed(tool, names, before, context, record, exc)
                 raise
-            finally:
-                end()
+            end()
             try:
                 after = await self._read(names, fresh=True)
             except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded
                 log.exception("upstream %s: could not read the state after %s", upstream.name, tool)
                 if self.file is not None:
                     self.file.forget()
+                self.reconciler.succeeded(names, None)
                 return result, [], None
+            self.reconciler.succeeded(names, after)
+        finally:
+            upstream.write_lock.release()
         named = named_entities(tool, arguments) if tool in MUTATING_TOOLS else []
         order = list(dict.fromkeys([*named, *before.entities, *after.entities]))
         effects = self._diff(before, after, order, context, tool, seq)

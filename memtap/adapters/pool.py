@@ -79,6 +79,8 @@ class UpstreamPool:
             )
             for name, config in servers.items()
         }
+        for upstream in self.upstreams.values():
+            upstream.recorder = recorder
 
     def get(self, name: str) -> Upstream:
         try:
@@ -99,9 +101,20 @@ class UpstreamPool:
                 self._write_status()
                 yield self
         finally:
+            await self._settle()
             self.running = False
             if self.status_file is not None:
                 self.status_file.unlink(missing_ok=True)
+
+    async def _settle(self) -> None:
+        """The upstreams have stopped: read their unsettled writes one last time (reconcile.py)."""
+        import anyio
+
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            for upstream in self.upstreams.values():
+                reconciler = getattr(upstream.tap, "reconciler", None)
+                if reconciler is not None and reconciler.unsettled:
+                    await reconciler.settle()
 
     async def start_all(self) -> dict[str, str | None]:
         """Start every upstream now; returns each one's start error (None when ready)."""

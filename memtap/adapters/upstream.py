@@ -138,6 +138,7 @@ class Upstream:
         self.classes: dict[str, Classification] = {}
         self.profile: Profile | None = None
         self.tap: Any = None  # the profile's effect deriver (memory_server.GraphTap for the reference server)
+        self.recorder: Any = None  # where reconciliation records what it finds (set by the pool)
         # Serialises calls whose effects are derived from state read before and after them.
         self.write_lock = anyio.Lock()
         self._record_control = record_control
@@ -156,6 +157,16 @@ class Upstream:
     @property
     def hello_name(self) -> str | None:
         return self._run.conn.hello.name if self._run is not None else None
+
+    def current_connection(self) -> object | None:
+        """The started connection calls go to now (None before the first start), as an identity."""
+        return self._run
+
+    def connection_ended(self, run: object | None) -> bool:
+        """Whether the connection ``run`` (from :meth:`current_connection`) is over.
+
+        Nothing sent on an ended connection can still change the server's state."""
+        return run is not self._run or self.state != State.READY
 
     def _set(self, state: State, error: str | None = None) -> None:
         self.state = state
@@ -333,12 +344,15 @@ class Upstream:
                     upstream=self.name,
                 )
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One JSON-RPC request within the upstream's timeout (the wait for a start included)."""
+    async def request(
+        self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """One JSON-RPC request within ``timeout`` (default: the upstream's), a wait for a start included."""
+        budget = self.timeout if timeout is None else timeout
         started = time.monotonic()
-        conn = await self.connection()
+        conn = await self.connection(budget)
         run = self._run
-        left = max(0.001, self.timeout - (time.monotonic() - started))
+        left = max(0.001, budget - (time.monotonic() - started))
         try:
             return await conn.request(method, params, timeout=left)
         except UpstreamTimeout:
@@ -354,12 +368,17 @@ class Upstream:
             raise
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        meta: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
         if meta:
             params["_meta"] = meta
-        return await self.request("tools/call", params)
+        return await self.request("tools/call", params, timeout=timeout)
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """The upstream's tools (wire form), starting it if needed."""

@@ -45,7 +45,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from memtap.cli import demo, items, proxy, replay, score, serve, suite, trace
+    from memtap.cli import demo, hw, items, proxy, replay, score, serve, suite, trace, verify
 
     cli.add_command(serve.serve)
     cli.add_command(trace.trace)
@@ -57,6 +57,8 @@ def _register() -> None:
     cli.add_command(replay.replay)
     cli.add_command(score.score)
     cli.add_command(score.compare)
+    cli.add_command(verify.verify)
+    cli.add_command(hw.hw)
 
 
 _register()

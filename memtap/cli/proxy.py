@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memtap.cli.hw import hw_options, hw_session
 from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
@@ -152,6 +153,7 @@ class _ProxyGroup(click.Group):
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
 @auth_options
+@hw_options
 @limit_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @jwt_options
@@ -177,6 +179,9 @@ def proxy(
     grants: tuple[str, ...],
     act_for: tuple[str, ...],
     context_args: bool | None,
+    hw_probe: bool,
+    hw_interval: float,
+    hw_baseline: float,
     limits: Limits,
     console_spans: bool,
     verbose: bool,
@@ -221,7 +226,8 @@ def proxy(
         upstream_inherit_env=inherit,
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
-    anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
+    with hw_session(hw_probe, settings.db, hw_interval, hw_baseline, "proxy"):
+        anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
 
 
 async def _explain(servers: dict[str, Any], inherit: bool, timeout: float | None) -> None:

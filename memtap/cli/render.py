@@ -27,6 +27,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _effect_summary(eff: MemoryEffect) -> str:
+    if eff.reconciled:
+        return "reconciled " + _effect_summary(eff.model_copy(update={"reconciled": False}))
     if eff.kind.value == "add":
         return f"+{eff.item_id} {_short(eff.content_after, 40)!r}"
     if eff.kind.value == "update":

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from memtap.cli.from_trace import freeze, selection_options
+from memtap.cli.hw import hw_options, hw_session
 from memtap.cli.options import db_option, json_option, resolve_db
 from memtap.errors import ConfigError
 
@@ -153,6 +154,7 @@ def _report(summary: dict[str, Any], db: Path) -> None:
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
 )
+@hw_options
 @json_option
 def replay(
     suite_file: Path | None,
@@ -172,6 +174,9 @@ def replay(
     top_k: int,
     gate: str | None,
     progress: bool | None,
+    hw_probe: bool,
+    hw_interval: float,
+    hw_baseline: float,
     as_json: bool,
 ) -> None:
     """Replay a suite through a target, episode by episode, recording everything in --db.
@@ -206,23 +211,34 @@ def replay(
     the_target = make_target(target, db=path, server_url=server, gate=gate)
     store = RunStore(path)
     try:
-        config = {"workers": workers, "top_k": top_k, "server": server, "reader": reader, "gate": gate}
-        plan = _plan(store, suite, target, reader, run, resume, config)
-        show = sys.stderr.isatty() if progress is None else progress
-        try:
-            summary = anyio.run(
-                lambda: replay_suite(suite, plan, the_target, store, answerer, show_progress=show)
-            )
-        except KeyboardInterrupt:
-            click.echo(
-                f"\nmemtap: replay interrupted; finish it with: memtap replay {suite_file} --target {target} "
-                f"--resume {plan.run_id} --db {path}",
-                err=True,
-            )
-            sys.exit(130)
+        with hw_session(hw_probe, path, hw_interval, hw_baseline, "replay") as probe:
+            config = {"workers": workers, "top_k": top_k, "server": server, "reader": reader, "gate": gate}
+            plan = _plan(store, suite, target, reader, run, resume, config)
+            if probe is not None:
+                probe.link(plan.run_id)
+            show = sys.stderr.isatty() if progress is None else progress
+            try:
+                summary = anyio.run(
+                    lambda: replay_suite(suite, plan, the_target, store, answerer, show_progress=show)
+                )
+            except KeyboardInterrupt:
+                click.echo(
+                    f"\nmemtap: replay interrupted; finish it with: memtap replay {suite_file} --target "
+                    f"{target} --resume {plan.run_id} --db {path}",
+                    err=True,
+                )
+                sys.exit(130)
+        if probe is not None:
+            from memtap.hw.figures import replay_figures
+
+            summary["hw"] = replay_figures(store.conn, plan.run_id)
     finally:
         store.close()
     if as_json:
         click.echo(json.dumps(summary))
     else:
         _report(summary, path)
+        if summary.get("hw"):
+            from memtap.hw.render import render_replay_figures
+
+            click.echo("\n".join(render_replay_figures(summary["hw"])))

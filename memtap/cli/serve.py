@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from memtap.cli.hw import hw_options, hw_session
 from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
@@ -63,6 +64,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     type=click.Path(dir_okay=False, path_type=Path),
     help="YAML/JSON config: LiteLLM's model_list (chat upstreams at /v1) and a memtap section.",
 )
+@hw_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @jwt_options
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
@@ -80,6 +82,9 @@ def serve(
     max_content_bytes: int,
     limits: Limits,
     config_path: Path | None,
+    hw_probe: bool,
+    hw_interval: float,
+    hw_baseline: float,
     console_spans: bool,
     verbose: bool,
     **jwt_flags: str | None,
@@ -107,4 +112,5 @@ def serve(
         console_spans=console_spans,
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
-    anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())
+    with hw_session(hw_probe, settings.db, hw_interval, hw_baseline, "serve"):
+        anyio.run(lambda: run(settings, http=address, stdio=stdio), backend_options=loop_options())

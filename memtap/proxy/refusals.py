@@ -22,6 +22,7 @@ from memtap.auth.gate import headers_of
 from memtap.auth.jwt import InvalidToken
 from memtap.auth.resource import ProtectedResource
 from memtap.errors import AuthError
+from memtap.proxy.guard import RECORDED_SCOPE_KEY
 from memtap.trace.calls import recorded_call
 from memtap.trace.models import Context, Op
 from memtap.trace.writer import Recorder
@@ -48,6 +49,7 @@ class Refusals:
         presented = headers.get("authorization", "")
         if presented:
             await self.record(scope, error, presented.partition(" ")[0][:20])
+            scope[RECORDED_SCOPE_KEY] = True  # the request guard must not record it a second time
         await self.resource.refuse(scope, send, error)
 
     async def record(self, scope: Scope, error: AuthError, scheme: str) -> None:

@@ -128,6 +128,11 @@ def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
             markdown,
         )
     )
+    if report.get("energy"):
+        from memtap.hw.render import render_replay_figures
+
+        parts.append(_heading("Hardware (--hw-probe)", markdown))
+        parts.append("\n".join(line.strip() for line in render_replay_figures(report["energy"])))
     if report["warnings"]:
         parts.append(_heading("Warnings", markdown))
         parts.append("\n".join(f"- {w}" for w in report["warnings"]))

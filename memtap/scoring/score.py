@@ -220,7 +220,7 @@ def score_run(
     run = load_run(conn, run_id, current_sha256=current)
     run.canary = canary_report(conn, run_id, run.canary_attempts)
     choice = choose_scorer(answer_scorer, [t.episode for t in run.episodes], config, permission_judge)
-    return score_trace(
+    scored = score_trace(
         run,
         matcher=matcher,
         permission_judge=permission_judge,
@@ -228,6 +228,12 @@ def score_run(
         resamples=resamples,
         seed=seed,
     )
+    from memtap.hw.figures import replay_figures  # the run's hardware figures, when it was probed
+
+    energy = replay_figures(conn, run_id)
+    if energy is not None:
+        scored.report["energy"] = energy
+    return scored
 
 
 def store_score(conn: sqlite3.Connection, scored: Scored) -> int:

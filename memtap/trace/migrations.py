@@ -259,8 +259,83 @@ def m006_create_scores(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m009_add_reconciled_effects(db: Database) -> None:
+    """Effects found by reading a backend's state rather than observed on the call
+    (``reconciled`` 1), with the evidence as JSON: what was read, when and why."""
+    db.execute("ALTER TABLE effects ADD COLUMN reconciled INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE effects ADD COLUMN evidence TEXT")
+
+
+@MIGRATIONS()
 def m012_add_run_episode_counts(db: Database) -> None:
     """What a replay attempt sent and what the target acknowledged (JSON: writes sent, acknowledged
     and refused, searches, probes, escape attempts refused, ...), which the isolation canary's
     score checks against the recorded events. (Numbered 012: 007 to 011 are other branches'.)"""
     db.execute("ALTER TABLE run_episodes ADD COLUMN counts TEXT")
+
+
+@MIGRATIONS()
+def m017_create_hw_samples(db: Database) -> None:
+    """The hardware probe (``--hw-probe``): one row per probed run (the command, the replay run it
+    watched, its idle-baseline window, the one-line device note, samples dropped and gaps), the
+    devices described once per run, and the samples, indexed by time (``ts``: Unix seconds).
+    (Numbered 017: the numbers between are taken on other branches.)"""
+    db.execute(
+        """
+        CREATE TABLE hw_runs (
+            id TEXT PRIMARY KEY,
+            command TEXT NOT NULL,
+            replay_run_id TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            started_ts REAL NOT NULL,
+            baseline_until_ts REAL,
+            ended_ts REAL,
+            interval_ms REAL NOT NULL,
+            note TEXT NOT NULL,
+            samples INTEGER NOT NULL DEFAULT 0,
+            dropped INTEGER NOT NULL DEFAULT 0,
+            gaps INTEGER NOT NULL DEFAULT 0,
+            write_errors INTEGER NOT NULL DEFAULT 0,
+            sampler_cpu_s REAL,
+            status TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX hw_runs_replay ON hw_runs(replay_run_id)")
+    db.execute("CREATE INDEX hw_runs_time ON hw_runs(started_ts)")
+    db.execute(
+        """
+        CREATE TABLE hw_devices (
+            run_id TEXT NOT NULL REFERENCES hw_runs(id),
+            device TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            name TEXT NOT NULL,
+            info TEXT NOT NULL,
+            PRIMARY KEY (run_id, device)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE hw_samples (
+            run_id TEXT NOT NULL REFERENCES hw_runs(id),
+            device TEXT NOT NULL,
+            ts REAL NOT NULL,
+            power_w REAL,
+            energy_j REAL,
+            gpu_util REAL,
+            mem_util REAL,
+            mem_used_mb REAL,
+            temp_c REAL,
+            sm_clock_mhz REAL,
+            mem_clock_mhz REAL,
+            cpu_util REAL,
+            cpu_busy_s REAL,
+            proc_cpu_s REAL,
+            error TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX hw_samples_run ON hw_samples(run_id, device, ts)")
+    db.execute("CREATE INDEX hw_samples_time ON hw_samples(ts)")

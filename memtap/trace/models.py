@@ -133,6 +133,11 @@ class MemoryEffect(BaseModel):
     rank: int | None = None
     score: float | None = None
     derived_from: list[str] = Field(default_factory=list)
+    # Not observed as the call's own answer but found afterwards by reading the backend's state
+    # (after an upstream error, a timeout or a restart, or by ``memtap verify --record``);
+    # ``evidence`` says what was read, when and why.
+    reconciled: bool = False
+    evidence: dict[str, Any] | None = None
 
 
 class TraceEvent(BaseModel):

@@ -44,6 +44,14 @@ _INSERT_EVENT = (
     f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({','.join('?' * len(_EVENT_COLUMNS.split(',')))})"
 )
 
+_EFFECT_COLUMNS = (
+    "event_id, seq, kind, backend, namespace, item_id, content_before, content_after, tags_before,"
+    " tags_after, rank, score, derived_from, reconciled, evidence"
+)
+_INSERT_EFFECT = (
+    f"INSERT INTO effects ({_EFFECT_COLUMNS}) VALUES ({','.join('?' * len(_EFFECT_COLUMNS.split(',')))})"
+)
+
 
 def _tags_json(tags: AccessTags | None) -> str | None:
     return None if tags is None else tags.model_dump_json()
@@ -158,6 +166,8 @@ class TraceStore:
                         eff.rank,
                         eff.score,
                         derived,
+                        1 if eff.reconciled else 0,
+                        _json(eff.evidence),
                     )
                 )
                 materialise.append((event, eff, ended, tags_after, derived))
@@ -165,7 +175,7 @@ class TraceStore:
         try:
             with immediate_transaction(self.db):
                 conn.executemany(_INSERT_EVENT, event_rows)
-                conn.executemany(f"INSERT INTO effects VALUES ({','.join('?' * 13)})", effect_rows)
+                conn.executemany(_INSERT_EFFECT, effect_rows)
                 for args in materialise:
                     self._materialise(conn, *args)
         except sqlite3.Error as exc:
@@ -329,6 +339,8 @@ class TraceStore:
                         rank=eff["rank"],
                         score=eff["score"],
                         derived_from=_load(eff["derived_from"]) or [],
+                        reconciled=bool(eff["reconciled"]),
+                        evidence=_load(eff["evidence"]),
                     )
                 )
         return [

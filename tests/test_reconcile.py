@@ -1,0 +1,358 @@
+"""Reconciliation: a wrapped server's writes that memtap could not observe end up in the trace anyway."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+from conftest import MEMORY_SERVER, ROOT, ServerProcess, http_client, write_config
+from mcp import MCPError
+
+from memtap.adapters.memory_server import observation_id
+from memtap.cli.main import cli
+from memtap.trace.models import EffectKind
+from memtap.trace.store import TraceStore
+
+pytestmark = pytest.mark.anyio
+
+StartServer = Callable[..., ServerProcess]
+KILL_AFTER_SAVE = ROOT / "tests" / "upstreams" / "kill_after_save.py"
+
+
+def add(entity: str, text: str) -> dict[str, Any]:
+    return {"observations": [{"entityName": entity, "contents": [text]}]}
+
+
+def upstream_pid(server: ServerProcess, name: str = "memory") -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5) as resp:
+        return int(json.load(resp)["upstreams"][name]["pid"])
+
+
+def file_observations(path: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        item = json.loads(line)
+        if item.get("type") == "entity":
+            found[item["name"]] = item["observations"]
+    return found
+
+
+def verify(db: Path, config: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(
+        cli, ["verify", "--db", str(db), "--config", str(config), "--server", "memory", "--json", *extra]
+    )
+    assert result.exit_code in (0, 1), result.output
+    return result.exit_code, json.loads(result.output)
+
+
+async def test_a_write_saved_before_the_upstream_was_killed_is_reconciled_onto_its_failed_event(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    memory_file = tmp_path / "memory.jsonl"
+    shim = {
+        "command": sys.executable,
+        "args": [str(KILL_AFTER_SAVE)],
+        "env": {"MEMORY_FILE_PATH": str(memory_file), "MEMTAP_TEST_MEMORY_SERVER": str(MEMORY_SERVER)},
+    }
+    config = write_config(tmp_path, {"memory": shim})
+    server = start_http_server("--config", str(config), command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("create_entities", {"entities": [{"name": "alice", "entityType": "person",
+                                                                 "observations": ["likes tea"]}]})  # fmt: skip
+        with pytest.raises(MCPError) as killed:
+            await client.call_tool("add_observations", add("alice", "moved to Lyon KILL-AFTER-SAVE"))
+        after = await client.call_tool("add_observations", add("alice", "after the restart"))
+    assert "upstream 'memory'" in killed.value.message and "exited" in killed.value.message
+    assert after.is_error is False
+    # The server saved the write it was killed for: the file holds it, and so does the trace.
+    assert file_observations(memory_file)["alice"] == [
+        "likes tea", "moved to Lyon KILL-AFTER-SAVE", "after the restart",
+    ]  # fmt: skip
+    assert server.stop() == 0
+    store = TraceStore(server.db)
+    events = [e for e in store.list_events() if e.tool == "add_observations"]
+    saved = store.get_item(observation_id("alice", "moved to Lyon KILL-AFTER-SAVE"))
+    store.close()
+    failed, ok = events
+    assert failed.status == "error" and failed.error == killed.value.message
+    [effect] = failed.effects
+    assert (effect.kind, effect.content_after, effect.reconciled) == (
+        EffectKind.ADD, "moved to Lyon KILL-AFTER-SAVE", True,
+    )  # fmt: skip
+    assert effect.evidence is not None
+    assert effect.evidence["read"] == f"file {memory_file}"
+    assert effect.evidence["event"] == failed.id and effect.evidence["entities"] == ["alice"]
+    assert "UpstreamUnavailable" in effect.evidence["why"] and effect.evidence["read_at"]
+    assert [(e.kind, e.reconciled) for e in ok.effects] == [(EffectKind.ADD, False)]
+    assert saved is not None and saved.is_valid and saved.provenance.event_id == failed.id
+    code, report = verify(server.db, config)
+    assert (code, report["differences"]) == (0, [])
+
+
+async def test_a_write_that_lands_after_its_timeout_is_reconciled_before_the_next_write(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    memory_file = tmp_path / "memory.jsonl"
+    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
+    server = start_http_server("--config", str(config), command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("create_entities", {"entities": [{"name": "bob", "entityType": "person",
+                                                                 "observations": ["plays chess"]}]})  # fmt: skip
+        pid = upstream_pid(server)
+        os.kill(pid, signal.SIGSTOP)  # a hung upstream: the write waits in its input
+        try:
+            with pytest.raises(MCPError) as hung:
+                await client.call_tool("add_observations", add("bob", "learned go"))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with anyio.fail_after(20):  # the server resumes and saves the write memtap gave up on
+            while "learned go" not in file_observations(memory_file).get("bob", []):
+                await anyio.sleep(0.02)
+        await client.call_tool("add_observations", add("bob", "won a game"))
+    assert hung.value.message == "upstream 'memory' did not answer tools/call within 1 s"
+    assert server.stop() == 0
+    store = TraceStore(server.db)
+    events = store.list_events()
+    store.close()
+    [timed_out] = [e for e in events if e.status == "error"]
+    assert timed_out.tool == "add_observations" and timed_out.effects == []  # not saved when it failed
+    [settled] = [e for e in events if e.tool == "upstream/reconcile"]
+    assert settled.id > timed_out.id and settled.backend == "memory" and settled.status == "ok"
+    [effect] = settled.effects
+    assert (effect.kind, effect.item_id, effect.reconciled) == (
+        EffectKind.ADD, observation_id("bob", "learned go"), True,
+    )  # fmt: skip
+    assert effect.evidence is not None and effect.evidence["event"] == timed_out.id
+    # Read before the next write was answered: the same process could still carry out more of it.
+    assert effect.evidence["final"] is False and effect.evidence["read"] == f"file {memory_file}"
+    code, report = verify(server.db, config)
+    assert (code, report["differences"]) == (0, [])
+
+
+async def test_upstream_sigkilled_mid_load_leaves_a_trace_equal_to_its_file(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    memory_file = tmp_path / "memory.jsonl"
+    config = write_config(tmp_path, {"memory": memory_server})
+    server = start_http_server("--config", str(config), command="proxy")
+    answered: dict[str, int] = {"ok": 0, "error": 0}
+    kills = 0
+
+    async def writer(n: int) -> None:
+        async with http_client(server.url) as client:
+            await client.call_tool("create_entities", {"entities": [{"name": f"e{n}", "entityType": "t",
+                                                                     "observations": []}]})  # fmt: skip
+            for i in range(40):
+                try:
+                    result = await client.call_tool("add_observations", add(f"e{n}", f"fact {n}.{i}"))
+                    answered["error" if result.is_error else "ok"] += 1
+                except MCPError:
+                    answered["error"] += 1
+
+    async def killer() -> None:
+        nonlocal kills
+        while kills < 3:
+            # Kill once the file has grown by a few writes since the last kill: always mid-load.
+            target = sum(len(v) for v in file_observations(memory_file).values()) + 15
+            with anyio.fail_after(30):
+                while sum(len(v) for v in file_observations(memory_file).values()) < target:
+                    await anyio.sleep(0.01)
+            with anyio.fail_after(30):
+                while True:
+                    try:
+                        pid = upstream_pid(server)
+                        break
+                    except (TypeError, ValueError):
+                        await anyio.sleep(0.01)  # restarting: no pid yet
+            os.kill(pid, signal.SIGKILL)
+            kills += 1
+
+    memory_file.write_text("")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(killer)
+        for n in range(8):
+            tg.start_soon(writer, n)
+    assert kills == 3 and answered["error"] >= 3 and answered["ok"] + answered["error"] == 8 * 40
+    assert server.stop() == 0
+    code, report = verify(server.db, config)
+    assert (code, report["differences"]) == (0, [])
+    saved = sum(len(v) for v in file_observations(memory_file).values())
+    assert report["backend_items"] == saved + 8  # every observation and entity in the file is a trace item
+
+
+def test_verify_reports_a_builtin_row_written_behind_memtaps_back_and_records_it(db_path: Path) -> None:
+    import sqlite3
+
+    from memtap.adapters.builtin import BuiltinBackend
+    from memtap.proxy.service import MemoryService
+    from memtap.trace.writer import Recorder
+
+    async def session() -> list[str]:
+        backend = BuiltinBackend(db_path)
+        recorder = Recorder(db_path, durable=True).start()
+        service = MemoryService(backend, recorder)
+        ids = []
+        for text in ("kept", "changed later", "deleted later"):
+            outcome = await service.call_tool(
+                "memory_add", {"content": text}, principal="ann", front_door="test"
+            )
+            ids.append(outcome.value["id"])
+        await backend.close()
+        recorder.close()
+        return ids
+
+    kept, changed, deleted = anyio.run(session)
+    with sqlite3.connect(db_path) as conn:  # behind memtap's back
+        conn.execute(
+            "INSERT INTO builtin_memory (item_id, namespace, version, content, created_at, valid_from)"
+            " VALUES ('mem_sneaky', 'ann', 1, 'written behind its back', '2026-01-01', '2026-01-01')"
+        )
+        conn.execute(
+            "UPDATE builtin_memory SET content = 'changed behind its back' WHERE item_id = ?", (changed,)
+        )
+        conn.execute("UPDATE builtin_memory SET valid_to = '2026-01-02' WHERE item_id = ?", (deleted,))
+    runner = CliRunner()
+    first = runner.invoke(cli, ["verify", "--db", str(db_path), "--builtin", "--json"])
+    assert first.exit_code == 1, first.output
+    report = json.loads(first.output)
+    assert [
+        (d["kind"], d["item_id"], d["trace_content"], d["backend_content"]) for d in report["differences"]
+    ] == [
+        ("missing_in_trace", "mem_sneaky", None, "written behind its back"),
+        ("content_differs", changed, "changed later", "changed behind its back"),
+        ("deleted_in_backend_only", deleted, "deleted later", None),
+    ]
+    assert report["backend_items"] == 3 and report["recorded_event"] is None
+    text = runner.invoke(cli, ["verify", "--db", str(db_path), "--builtin"])
+    assert text.exit_code == 1 and "3 difference(s)" in text.output and "mem_sneaky" in text.output
+    recorded = runner.invoke(cli, ["verify", "--db", str(db_path), "--builtin", "--record", "--json"])
+    assert recorded.exit_code == 1
+    event_id = json.loads(recorded.output)["recorded_event"]
+    again = runner.invoke(cli, ["verify", "--db", str(db_path), "--builtin", "--json"])
+    assert again.exit_code == 0 and json.loads(again.output)["differences"] == []
+    store = TraceStore(db_path)
+    event = store.get_event(event_id)
+    sneaky, kept_item = store.get_item("mem_sneaky"), store.get_item(kept)
+    store.close()
+    assert event is not None and event.tool == "memtap/verify" and event.op == "control"
+    assert [(e.kind, e.item_id, e.reconciled) for e in event.effects] == [
+        (EffectKind.ADD, "mem_sneaky", True), (EffectKind.UPDATE, changed, True), (EffectKind.DELETE, deleted, True),
+    ]  # fmt: skip
+    assert event.effects[0].evidence == {
+        "why": "memtap verify --record", "read": f"builtin_memory in {db_path}",
+        "read_at": event.effects[0].evidence["read_at"], "difference": "missing_in_trace",  # type: ignore[index]
+    }  # fmt: skip
+    assert sneaky is not None and sneaky.content == "written behind its back" and sneaky.namespace == "ann"
+    assert kept_item is not None and kept_item.version == 1  # what matched was left alone
+
+
+def test_verify_needs_one_backend_and_says_so() -> None:
+    result = CliRunner().invoke(cli, ["verify", "--db", "nowhere.db"])
+    assert result.exit_code == 2
+    assert "give exactly one of --builtin or --server NAME" in result.output
+
+
+async def test_a_late_write_with_no_write_after_it_is_reconciled_when_the_proxy_stops(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    memory_file = tmp_path / "memory.jsonl"
+    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
+    server = start_http_server("--config", str(config), command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("create_entities", {"entities": [{"name": "cy", "entityType": "person",
+                                                                 "observations": []}]})  # fmt: skip
+        pid = upstream_pid(server)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(MCPError):
+                await client.call_tool("add_observations", add("cy", "late but saved"))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with anyio.fail_after(20):
+            while "late but saved" not in file_observations(memory_file).get("cy", []):
+                await anyio.sleep(0.02)
+    assert server.stop() == 0
+    store = TraceStore(server.db)
+    [settled] = [e for e in store.list_events() if e.tool == "upstream/reconcile"]
+    item = store.get_item(observation_id("cy", "late but saved"))
+    store.close()
+    assert [(e.kind, e.content_after) for e in settled.effects] == [(EffectKind.ADD, "late but saved")]
+    assert settled.effects[0].evidence is not None and settled.effects[0].evidence["final"] is True
+    assert item is not None and item.is_valid
+    code, report = verify(server.db, config)
+    assert (code, report["differences"]) == (0, [])
+
+
+def test_the_memory_file_of_a_wrapped_command_is_read_from_the_environment_it_is_started_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memtap.adapters.memory_server import GraphTap
+    from memtap.adapters.upstream import Upstream
+    from memtap.config import StdioServerConfig
+
+    mine = tmp_path / "mine.jsonl"
+    monkeypatch.setenv("MEMORY_FILE_PATH", str(mine))
+    command = StdioServerConfig(command=str(MEMORY_SERVER))
+    inherited = GraphTap(Upstream("memory", command, inherit_env=True))  # memtap proxy -- COMMAND
+    from_config = GraphTap(Upstream("memory", command, inherit_env=False))  # a config entry without env
+    own = GraphTap(
+        Upstream(
+            "memory", StdioServerConfig(command=str(MEMORY_SERVER), env={"MEMORY_FILE_PATH": "/x/own.jsonl"})
+        )
+    )
+    assert inherited.file is not None and inherited.file.path == mine
+    assert (
+        from_config.file is not None and from_config.file.path.name == "memory.jsonl"
+    )  # the server's default
+    assert own.file is not None and own.file.path == Path("/x/own.jsonl")
+
+
+async def test_without_the_memory_file_a_killed_write_is_reconciled_by_asking_the_restarted_server(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    hidden = tmp_path / "hidden.jsonl"
+    shim = {
+        "command": sys.executable,
+        "args": [str(KILL_AFTER_SAVE)],
+        "env": {"MEMTAP_TEST_HIDDEN_FILE": str(hidden), "MEMTAP_TEST_MEMORY_SERVER": str(MEMORY_SERVER)},
+    }
+    config = write_config(tmp_path, {"memory": shim})
+    server = start_http_server("--config", str(config), command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("create_entities", {"entities": [{"name": "dee", "entityType": "person",
+                                                                 "observations": []}]})  # fmt: skip
+        with pytest.raises(MCPError):
+            await client.call_tool("add_observations", add("dee", "saved KILL-AFTER-SAVE"))
+        await client.call_tool("add_observations", add("dee", "first after"))  # waits for the restart
+        await client.call_tool("add_observations", add("dee", "second after"))  # reads the restarted server
+    assert server.stop() == 0
+    assert file_observations(hidden)["dee"] == ["saved KILL-AFTER-SAVE", "first after", "second after"]
+    store = TraceStore(server.db)
+    events = store.list_events()
+    item = store.get_item(observation_id("dee", "saved KILL-AFTER-SAVE"))
+    store.close()
+    [failed] = [e for e in events if e.status == "error" and e.front_door == "mcp-http"]
+    assert failed.effects == []  # nothing could be read when it failed: the file is unknown, the server down
+    [settled] = [e for e in events if e.tool == "upstream/reconcile"]
+    [effect] = settled.effects
+    assert (effect.kind, effect.content_after, effect.reconciled) == (
+        EffectKind.ADD,
+        "saved KILL-AFTER-SAVE",
+        True,
+    )
+    assert effect.evidence is not None
+    assert (effect.evidence["read"], effect.evidence["event"], effect.evidence["final"]) == (
+        "open_nodes",
+        failed.id,
+        True,
+    )
+    assert item is not None and item.is_valid
