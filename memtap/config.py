@@ -229,7 +229,12 @@ class MemtapSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     memory: MemoryMode = "off"
-    backend: str = Field(default="builtin", pattern=r"^(builtin|mcp:[^:\s]+)$")
+    backend: str = Field(default="builtin", pattern=r"^(builtin|mem0|mcp:[^:\s]+)$")
+    mem0: dict[str, Any] = Field(
+        default_factory=dict,
+        description="mem0's own config dictionary (Memory.from_config), for backend mem0",
+    )
+    mem0_infer: bool = Field(default=True, description="backend mem0: add asks mem0's LLM for facts")
     api_keys: list[ApiKeyEntry | str] = Field(default_factory=list)
     top_k: int = Field(default=5, ge=0, le=100, description="memories injected in auto mode")
     capture: list[CaptureRole] = Field(default_factory=_user_only)

@@ -313,8 +313,13 @@ def status(db: Path | None, url: str | None, as_json: bool) -> None:
 
 
 def _memtap_command() -> list[str]:
+    """The ``memtap`` executable a client should start: the console script installed beside
+    this Python (a virtualenv's ``bin/memtap``), else the one on PATH, else the bare name."""
+    beside = Path(sys.executable).parent / ("memtap.exe" if os.name == "nt" else "memtap")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
     found = shutil.which("memtap")
-    return [os.path.abspath(found)] if found else [sys.executable, "-m", "memtap"]
+    return [os.path.abspath(found) if found else "memtap"]
 
 
 @click.command("init-config", context_settings={"ignore_unknown_options": True})
