@@ -143,13 +143,18 @@ async def test_findings_table_is_read_when_present(start_http_server: Callable[.
         await run_memory_script(client)
     with sqlite3.connect(server.db) as conn:
         conn.execute(
-            "CREATE TABLE findings (id TEXT, severity TEXT, kind TEXT, event_id TEXT, evidence TEXT)"
+            "INSERT INTO findings (id, kind, severity, severity_rank, summary, event_id, namespace, event_ids,"
+            " item_ids, evidence, detector_version, created_at, dedupe) VALUES ('f1', 'leak_retrieval',"
+            " 'high', 3, 'bob was shown <alice>''s item', '01ABC', 'alice', '[]', '[]', '{\"seen\": \"<b>\"}',"
+            " '1', '2026-12-01T00:00:00+00:00', 'd1')"
         )
-        conn.execute("INSERT INTO findings VALUES ('f1', 'high', 'leak', '01ABC', 'bob saw <alice>')")
     async with httpx2.AsyncClient() as http:
         page = await http.get(f"http://127.0.0.1:{server.port}/ui/findings")
-    assert "severity-high" in page.text and "bob saw &lt;alice&gt;" in page.text
+        other = await http.get(f"http://127.0.0.1:{server.port}/ui/findings?kind=canary_exposure")
+    assert "severity-high" in page.text and "bob was shown &lt;alice&gt;&#39;s item" in page.text
+    assert "&#34;&lt;b&gt;&#34;" in page.text and "<b>" not in page.text.split("<h1>Findings</h1>")[1]
     assert "/ui/events/01ABC" in page.text
+    assert "No findings recorded of this kind or severity" in other.text and "01ABC" not in other.text
 
 
 def test_word_diff_marks_removed_and_inserted_words() -> None:

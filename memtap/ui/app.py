@@ -196,13 +196,30 @@ def create_ui_app(
         return page(request, "item.html", item=found)
 
     def findings(request: Request) -> Response:
-        before = request.query_params.get("before")
+        """The detectors' findings (by severity and kind), then the gate's own denials and the
+        refused calls, which are shown whether or not a detector turned them into findings."""
+        query = request.query_params
+        before, denied_before = query.get("before"), query.get("denied_before")
+        kind, severity = query.get("kind") or None, query.get("severity") or None
+        rows: list[Any] = []
+        nxt = None
         if reader.has_table("findings"):
-            rows, nxt = reader.findings(before=int(before) if before and before.isdigit() else None)
-            rows = [r for r in rows if "namespace" not in r or readable(request)(r)]
-            return page(request, "findings.html", table=True, findings=rows, next=nxt)
-        denials, cursor = reader.denials(before=before, visible=readable(request))
-        return page(request, "findings.html", table=False, findings=denials, next=cursor)
+            rows, nxt = reader.findings(
+                before=int(before) if before and before.isdigit() else None, kind=kind, severity=severity
+            )
+            rows = [r for r in rows if not r.get("namespace") or readable(request)(r)]
+        denials, cursor = reader.denials(before=denied_before, visible=readable(request))
+        return page(
+            request,
+            "findings.html",
+            table=reader.has_table("findings"),
+            findings=rows,
+            next=nxt,
+            denials=denials,
+            denied_next=cursor,
+            kind=kind,
+            severity=severity,
+        )
 
     def run_visible(request: Request, run_id: str) -> bool:
         check = readable(request)
