@@ -8,6 +8,7 @@ Templates autoescape everything: memory content is untrusted.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 from collections.abc import Callable
@@ -19,7 +20,14 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -36,6 +44,8 @@ __all__ = ["HERE", "create_ui_app", "environment", "word_diff"]
 
 HERE = Path(__file__).parent
 UpstreamStatus = Callable[[], dict[str, Any]]
+STREAM_POLL_S = 0.5  # how often the event stream looks for new events in the trace
+STREAM_HEARTBEAT_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
 
 
 def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
@@ -145,30 +155,59 @@ def create_ui_app(
         )
         return page(request, "events.html", events=rows, next=nxt, filters=filters, names=EVENT_FILTERS)
 
-    def api_events(request: Request) -> Response:
-        after = request.query_params.get("after") or ""
+    def live_batch(request: Request, after: str) -> tuple[list[dict[str, Any]], str]:
+        """The visible events after ``after`` (oldest last, as the JSON API lists them) and the new cursor."""
         rows, cursor = reader.events(
             filters_of(request), after=after, visible=readable(request), limit=LIVE_BATCH
         )
-        out = [
-            {
-                **{
-                    k: row[k]
-                    for k in ("id", "started_at", "op", "tool", "namespace", "principal", "session", "status")
-                },
-                "summary": row["summary"],
-                "items": [
-                    {
-                        "id": f["item_id"],
-                        "url": link(request, "item", backend=f["backend"], item_id=f["item_id"]),
-                    }
-                    for f in row["effects"][:3]
-                ],
-                "url": link(request, "event", event_id=row["id"]),
-            }
-            for row in rows
-        ]
-        return JSONResponse({"events": out, "cursor": cursor or after})
+        return [live_row(request, row) for row in rows], cursor or after
+
+    def live_row(request: Request, row: Row) -> dict[str, Any]:
+        return {
+            **{
+                k: row[k]
+                for k in ("id", "started_at", "op", "tool", "namespace", "principal", "session", "status")
+            },
+            "summary": row["summary"],
+            "items": [
+                {"id": f["item_id"], "url": link(request, "item", backend=f["backend"], item_id=f["item_id"])}
+                for f in row["effects"][:3]
+            ],
+            "url": link(request, "event", event_id=row["id"]),
+        }
+
+    def api_events(request: Request) -> Response:
+        out, cursor = live_batch(request, request.query_params.get("after") or "")
+        return JSONResponse({"events": out, "cursor": cursor})
+
+    async def stream_events(request: Request) -> Response:
+        """Server-sent events: each visible event newer than ``after`` (or the ``Last-Event-ID`` an
+        EventSource resumes with), oldest first, with its id as the SSE ``id:``."""
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or ""
+        if not after:  # no cursor: from now on, not the whole history
+            newest, _ = await asyncio.to_thread(reader.events, {}, limit=1)
+            after = newest[0]["id"] if newest else ""
+
+        async def frames() -> Any:
+            nonlocal after
+            yield ": memtap event stream\n\n"
+            quiet = 0.0
+            while not await request.is_disconnected():
+                out, after = await asyncio.to_thread(live_batch, request, after)
+                for e in reversed(out):
+                    yield f"id: {e['id']}\nevent: memtap-event\ndata: {json.dumps(e, ensure_ascii=False)}\n\n"
+                if len(out) >= LIVE_BATCH:
+                    continue  # a full batch: more are waiting
+                if out:
+                    quiet = 0.0
+                elif quiet >= STREAM_HEARTBEAT_S:
+                    yield ": heartbeat\n\n"
+                    quiet = 0.0
+                await asyncio.sleep(STREAM_POLL_S)
+                quiet += STREAM_POLL_S
+
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 
     def event(request: Request) -> Response:
         found = reader.event(request.path_params["event_id"])
@@ -264,6 +303,7 @@ def create_ui_app(
         Route("/events", events, name="events"),
         Route("/events/{event_id}", event, name="event"),
         Route("/api/events", api_events, name="api_events"),
+        Route("/api/events/stream", stream_events, name="api_events_stream"),
         Route("/memory", namespaces, name="namespaces"),
         Route("/memory/items", items, name="items"),
         Route("/memory/items/{backend}/{item_id:path}", item, name="item"),
