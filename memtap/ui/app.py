@@ -38,6 +38,7 @@ from memtap.auth.grants import Policy, Right
 from memtap.scoring.compare import compare_scores
 from memtap.scoring.errors import ScoringError
 from memtap.ui.charts import compare_charts, headline_rows, score_charts
+from memtap.ui.hw import QUANTITY_LABELS, chat_split, run_energy
 from memtap.ui.queries import EVENT_FILTERS, LIVE_BATCH, Reader, Row, loads
 
 __all__ = ["HERE", "create_ui_app", "environment", "word_diff"]
@@ -97,7 +98,7 @@ def environment() -> Environment:
         loader=FileSystemLoader(HERE / "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    env.globals.update(word_diff=word_diff, pretty=_pretty, loads=loads)
+    env.globals.update(word_diff=word_diff, pretty=_pretty, loads=loads, hw_labels=QUANTITY_LABELS)
     return env
 
 
@@ -213,7 +214,8 @@ def create_ui_app(
         found = reader.event(request.path_params["event_id"])
         if found is None or not readable(request)(found):
             raise HTTPException(404, f"no event {request.path_params['event_id']!r}")
-        return page(request, "event.html", event=found, context=loads(found["context"]))
+        split = chat_split(reader, found)
+        return page(request, "event.html", event=found, context=loads(found["context"]), chat_hw=split)
 
     def namespaces(request: Request) -> Response:
         rows, nxt = reader.namespaces(after=request.query_params.get("after"))
@@ -266,6 +268,7 @@ def create_ui_app(
             score=score,
             charts=charts,
             headline=headline_rows(score) if score else [],
+            energy=run_energy(reader, found),
         )
 
     def compare(request: Request) -> Response:
