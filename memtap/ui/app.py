@@ -8,13 +8,13 @@ Templates autoescape everything: memory content is untrusted.
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -186,7 +186,7 @@ def create_ui_app(
         EventSource resumes with), oldest first, with its id as the SSE ``id:``."""
         after = request.headers.get("last-event-id") or request.query_params.get("after") or ""
         if not after:  # no cursor: from now on, not the whole history
-            newest, _ = await asyncio.to_thread(reader.events, {}, limit=1)
+            newest, _ = await anyio.to_thread.run_sync(lambda: reader.events({}, limit=1))
             after = newest[0]["id"] if newest else ""
 
         async def frames() -> Any:
@@ -194,7 +194,7 @@ def create_ui_app(
             yield ": memtap event stream\n\n"
             quiet = 0.0
             while not await request.is_disconnected():
-                out, after = await asyncio.to_thread(live_batch, request, after)
+                out, after = await anyio.to_thread.run_sync(live_batch, request, after)
                 for e in reversed(out):
                     yield f"id: {e['id']}\nevent: memtap-event\ndata: {json.dumps(e, ensure_ascii=False)}\n\n"
                 if len(out) >= LIVE_BATCH:
@@ -204,7 +204,7 @@ def create_ui_app(
                 elif quiet >= STREAM_HEARTBEAT_S:
                     yield ": heartbeat\n\n"
                     quiet = 0.0
-                await asyncio.sleep(STREAM_POLL_S)
+                await anyio.sleep(STREAM_POLL_S)
                 quiet += STREAM_POLL_S
 
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
