@@ -30,6 +30,7 @@ from memtap.config_servers import (
     check_server_entry,
 )
 from memtap.errors import ConfigError
+from memtap.findings.settings import FindingsSettings
 
 __all__ = [
     "ApiKeyEntry",
@@ -129,11 +130,28 @@ class RouteSettings(BaseModel):
 
     memory: MemoryMode | None = None
     via: Literal["auto", "passthrough", "litellm"] = "auto"
+    extra_fields: list[str] = Field(
+        default_factory=list,
+        description="request fields beyond OpenAI's to forward to this route (vendor extensions)",
+    )
 
     @field_validator("memory", mode="before")
     @classmethod
     def _yaml_off(cls, value: object) -> object:
         return _mode_from_yaml(value)
+
+    @field_validator("extra_fields")
+    @classmethod
+    def _no_connection_fields(cls, value: list[str]) -> list[str]:
+        from memtap.proxy.fields import is_forbidden
+
+        bad = [name for name in value if is_forbidden(name)]
+        if bad:
+            raise ValueError(
+                f"{', '.join(bad)} may choose where a call goes or carry credentials; "
+                "memtap never forwards such fields from a request"
+            )
+        return value
 
 
 class EmbedderSettings(BaseModel):
@@ -211,7 +229,12 @@ class MemtapSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     memory: MemoryMode = "off"
-    backend: str = Field(default="builtin", pattern=r"^(builtin|mcp:[^:\s]+)$")
+    backend: str = Field(default="builtin", pattern=r"^(builtin|mem0|mcp:[^:\s]+)$")
+    mem0: dict[str, Any] = Field(
+        default_factory=dict,
+        description="mem0's own config dictionary (Memory.from_config), for backend mem0",
+    )
+    mem0_infer: bool = Field(default=True, description="backend mem0: add asks mem0's LLM for facts")
     api_keys: list[ApiKeyEntry | str] = Field(default_factory=list)
     top_k: int = Field(default=5, ge=0, le=100, description="memories injected in auto mode")
     capture: list[CaptureRole] = Field(default_factory=_user_only)
@@ -220,6 +243,10 @@ class MemtapSection(BaseModel):
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     routes: dict[str, RouteSettings] = Field(default_factory=dict)
     embeddings: dict[str, EmbedderSettings] = Field(default_factory=dict)
+    content_policy: dict[str, Literal["full", "hashed", "none"]] = Field(
+        default_factory=dict,
+        description="namespace glob: full, hashed or none (what the trace keeps of bodies; first match wins)",
+    )
     gate: Literal["observe", "enforce"] | None = Field(
         default=None, description="default: enforce when keys or principals are configured, else observe"
     )
@@ -228,6 +255,7 @@ class MemtapSection(BaseModel):
     jwt: JwtSettings | None = Field(
         default=None, description="bearer JWTs from an OAuth issuer (auth/jwt.py)"
     )
+    findings: FindingsSettings = Field(default_factory=lambda: FindingsSettings())
 
     @field_validator("principals")
     @classmethod

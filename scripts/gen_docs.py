@@ -95,6 +95,13 @@ TABLE_NOTES = {
         "The episodes of every suite a run replayed, keyed by the suite file's sha256 (written once), so "
         "a run can be scored from this database alone."
     ),
+    "purge_receipts": (
+        "One receipt per item removed by `memtap purge` (see [privacy.md](privacy.md)): the purge it "
+        "belongs to, when and by whom, its `scope` (`namespace:NS` or `items`), the item's backend, id "
+        "and namespace, how many texts it held (`versions`: versions and metadata), and `contents`, a "
+        "JSON list of `{version, sha256, bytes}`. The content itself is gone from every table; where it "
+        "was, the trace holds `purged;sha256:<hex>;bytes=<n>`."
+    ),
     "builtin_memory": (
         "The embedded memory backend's own store (not part of the trace): one row per version of "
         "a memory. The current version of an item is the row with `valid_to IS NULL`; `closed_by` "
@@ -224,7 +231,9 @@ def render_schema() -> str:
         "builtin memory item ids are `mem_` followed by one. Structured values are JSON text: "
         "`context`, `arguments`, `result`, `tags*` (access tags: `owner`, `visibility`, "
         "`participants`, `allow`, `deny`, `sensitivity`), `derived_from`, `metadata` and "
-        "`provenance`. Memory is never physically deleted; a delete closes a validity interval.",
+        "`provenance`. Memory is never physically deleted by a call; a delete closes a validity interval. "
+        "Only `memtap purge` removes content, leaving receipts; under a `hashed` or `none` content policy "
+        "bodies in the trace are `sha256:<hex>;bytes=<n>` or `dropped;bytes=<n>` ([privacy.md](privacy.md)).",
         "",
         "SQLite's own tables and the FTS5 shadow tables (`*_data`, `*_idx`, `*_docsize`, "
         "`*_config`, `*_content`) are left out.",

@@ -13,12 +13,20 @@ side. What it answers is steered by the last user message:
 
 And by the model asked for (non-streaming):
 
+- ``memory-echo``: the system messages it was sent (what the chat proxy injected);
 - ``paraphrase-keep``: the message after ``Message: `` prefixed with ``In other words, ``;
 - ``paraphrase-lose``: ``Something was said.`` (every value lost);
 - ``reader-json``: a JSON answer whose ``answer`` is memory ``[1]``'s text in the prompt (null
   when there is none);
 - ``answer-check``: a LongMemEval-style judge's "Yes." or "No." (the correct answer inside the
   model response; for an unanswerable question, a response saying it is not known).
+- ``mem0-extract``: mem0 2.x's fact extraction, scripted: the ``## New Messages`` of mem0's
+  prompt, each sentence (split on ``.`` and ``;``) one fact, as ``{"memory": [{"text": ...}]}``;
+  a message holding ``[unparseable]`` gets prose instead of JSON.
+
+Embeddings: the model ``hash-bow`` gives a deterministic bag-of-words vector (each lower-cased
+word hashed into one of ``HASH_DIMS`` dimensions, unit length), so texts sharing words are near;
+any other model the three-number placeholder.
 
 Used by the tests (in a thread) and by ``benchmarks/openai_overhead.py`` (as a process).
 """
@@ -31,6 +39,7 @@ import re
 import socket
 import sys
 import threading
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +115,32 @@ def _answer_check(text: str) -> str:
     return "Yes." if ok else "No."
 
 
+def _mem0_extract(text: str) -> str:
+    new = text.split("## New Messages\n", 1)[-1].split("\n\n## ", 1)[0]
+    if "[unparseable]" in new:
+        return "Sure! The facts I found are: the user said something."
+    facts: list[dict[str, str]] = []
+    for line in new.splitlines():
+        _, _, said = line.partition(": ")
+        for sentence in re.split(r"[.;]\s*", said):
+            if sentence.strip():
+                facts.append({"text": sentence.strip()})
+    return json.dumps({"memory": facts})
+
+
+HASH_DIMS = 64
+
+
+def hash_bow(text: str) -> list[float]:
+    vector = [0.0] * HASH_DIMS
+    for word in re.findall(r"\w+", text.lower()):
+        vector[zlib.crc32(word.encode()) % HASH_DIMS] += 1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
+
+
 STEERED = {
+    "mem0-extract": _mem0_extract,
     "paraphrase-keep": lambda text: "In other words, " + text.split("Message: ", 1)[-1],
     "paraphrase-lose": lambda text: "Something was said.",
     "reader-json": _first_memory,
@@ -132,6 +166,9 @@ def build_app(state: FakeState) -> web.Application:
         model = body.get("model", "fake")
         if model in STEERED and not body.get("stream"):
             return _completion(model, STEERED[model](text))
+        if model == "memory-echo" and not body.get("stream"):  # repeats what was injected
+            system = [m.get("content") for m in body.get("messages", []) if m.get("role") == "system"]
+            return _completion(model, "\n".join(str(t) for t in system) or "nothing injected")
         if match := re.search(r"\[status (\d+)\]", text):
             status = int(match.group(1))
             error = {
@@ -206,8 +243,8 @@ def build_app(state: FakeState) -> web.Application:
         if state.record:
             state.received.append(body)
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        data = [{"object": "embedding", "index": i, "embedding": [float(len(str(t))), 1.0, 0.5]}
-                for i, t in enumerate(inputs)]  # fmt: skip
+        embed = hash_bow if body["model"] == "hash-bow" else (lambda t: [float(len(t)), 1.0, 0.5])
+        data = [{"object": "embedding", "index": i, "embedding": embed(str(t))} for i, t in enumerate(inputs)]
         usage = {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}
         return web.json_response({"object": "list", "data": data, "model": body["model"], "usage": usage})
 

@@ -187,3 +187,23 @@ def test_namespace_indexes_apply_a_store_s_own_write_and_rebuild_after_anyone_el
     assert rebuilt is not first and loads == ["a", "a"] and 1 not in rebuilt and len(rebuilt) == 2
     indexes.committed("b", 1, added=(9, "never searched"))  # nothing built: nothing to do
     assert indexes.built("b") is None
+
+
+@pytest.mark.parametrize("docs", [DOCS, DOCS[:1], DOCS[:2], ["tea", "tea", "tea cake"]])
+def test_score_floor_lifts_every_score_to_non_negative_keeping_the_order(docs: list[str]) -> None:
+    corpus = [tokenize(d) for d in docs]
+    index = build(corpus)
+    okapi = BM25Okapi(corpus)
+    for query in [*QUERIES, ["tea"], ["tea", "cake"]]:
+        floor = index.score_floor(query)
+        expected = sum(min(0.0, okapi.idf[t]) * (okapi.k1 + 1) for t in query if t in okapi.idf)
+        assert floor == pytest.approx(expected, abs=1e-12)
+        assert floor <= 0
+        hits = index.search(query, 100)
+        assert [key for key, _ in hits] == [key for key, _ in okapi_ranking(corpus, query)]
+        assert all(score - floor >= -1e-12 for _, score in hits), (docs, query)
+
+
+def test_score_floor_is_zero_when_every_query_word_is_rare() -> None:
+    index = build([tokenize(d) for d in ["green tea", "the gym", "a walk", "lemon cake"]])
+    assert index.score_floor(["tea", "gym", "unseen"]) == 0.0

@@ -145,10 +145,14 @@ def _okapi_hits(ids: list[str], docs: list[str], query: str, limit: int = 10) ->
     """BM25Okapi (its defaults) over ``docs``: the items holding a query word, best first, ties by age."""
     tokens = list(dict.fromkeys(tokenize(query)))
     corpus = [tokenize(d) for d in docs]
-    scores = BM25Okapi(corpus).get_scores(tokens)
+    okapi = BM25Okapi(corpus)
+    scores = okapi.get_scores(tokens)
+    # memtap reports the score above the query's floor: each word with a negative idf at its
+    # lowest, idf * (k1 + 1); 0 when no idf is negative.
+    floor = sum(min(0.0, okapi.idf[t]) * (okapi.k1 + 1) for t in tokens if t in okapi.idf)
     matching = [i for i, doc in enumerate(corpus) if set(tokens) & set(doc)]
     ranked = sorted(matching, key=lambda i: (-scores[i], i))[:limit]
-    return [(ids[i], round(float(scores[i]), 6)) for i in ranked]
+    return [(ids[i], round(float(scores[i]) - floor, 6)) for i in ranked]
 
 
 async def test_ranking_and_scores_equal_rank_bm25_okapi(backend: BuiltinBackend) -> None:
@@ -160,6 +164,22 @@ async def test_ranking_and_scores_equal_rank_bm25_okapi(backend: BuiltinBackend)
     for query in ("alpha gamma", "beta epsilon", "kappa", "alpha", "mu zeta alpha", "nothing here"):
         assert await _hits(backend, "u", query) == _okapi_hits(ids, docs, query), query
     assert await _hits(backend, "u", "alpha", limit=2) == _okapi_hits(ids, docs, "alpha", limit=2)
+
+
+async def test_a_single_matching_memory_scores_non_negative(backend: BuiltinBackend) -> None:
+    only = (await backend.add("u", "The user drinks green tea")).value["id"]
+    assert BM25Okapi([tokenize("The user drinks green tea")]).get_scores(["tea"])[0] < 0  # -0.27
+    [(item, score)] = await _hits(backend, "u", "tea")
+    assert item == only
+    assert score > 0
+
+
+async def test_scores_equal_bm25okapi_when_no_query_word_has_a_negative_idf(backend: BuiltinBackend) -> None:
+    docs = ["green tea", "the gym", "a walk", "lemon cake", "blue sky"]
+    ids = [(await backend.add("u", d)).value["id"] for d in docs]
+    corpus = [tokenize(d) for d in docs]
+    raw = BM25Okapi(corpus).get_scores(["tea"])
+    assert await _hits(backend, "u", "tea") == [(ids[0], round(float(raw[0]), 6))]
 
 
 async def test_scores_use_the_namespace_s_own_statistics(backend: BuiltinBackend, db_path: Path) -> None:

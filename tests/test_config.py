@@ -115,7 +115,7 @@ memtap:
     [
         ("{routes: {nope: {memory: auto}}}", "memtap.routes.nope names no model_name in model_list"),
         ("{backend: 'mcp:memory'}", "memtap.backend 'mcp:memory' names no server in mcpServers"),
-        ("{backend: mem0}", "memtap.backend: String should match pattern"),
+        ("{backend: zep}", "memtap.backend: String should match pattern"),
         ("{memory: sometimes}", "memtap.memory: Input should be 'off' or 'auto'"),
         ("{top_k: -1}", "memtap.top_k: Input should be greater than or equal to 0"),
         ("{colour: blue}", "memtap.colour: Extra inputs are not permitted"),

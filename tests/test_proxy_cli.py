@@ -91,7 +91,10 @@ def test_init_config_routes_a_command_through_memtap_keeping_env_and_cwd(tmp_pat
     assert result.exit_code == 0, result.output
     entries = json.loads(result.output)["mcpServers"]
     memory, remote = entries["memory"], entries["remote"]
-    prefix = [*([] if memory["command"].endswith("memtap") else ["-m", "memtap"])]
+    # the memtap executable itself (the console script beside this Python), never `python -m`
+    assert Path(memory["command"]).name == "memtap" and Path(remote["command"]).name == "memtap"
+    assert Path(memory["command"]) == Path(sys.executable).parent / "memtap"
+    prefix: list[str] = []
     assert memory["args"] == [
         *prefix, "proxy", "--stdio", "--name", "memory", "--db", str(tmp_path / "t.db"),
         "--", "npx", "-y", "@modelcontextprotocol/server-memory",
@@ -108,6 +111,17 @@ def test_init_config_routes_a_command_through_memtap_keeping_env_and_cwd(tmp_pat
             "server-memory": {"type": "http", "url": "http://127.0.0.1:8750/servers/server-memory/mcp"}
         }
     }
+
+
+def test_proxy_of_a_command_reads_the_memory_file_its_client_env_names(
+    tmp_path: Path, memory_server: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """init-config keeps the server's env on memtap's entry; memtap must read that file."""
+    target = tmp_path / "client-set" / "memory.jsonl"
+    monkeypatch.setenv("MEMORY_FILE_PATH", str(target))
+    result = run("proxy", "--explain", "--", memory_server["command"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith(f"effects from file {target}"), result.output
 
 
 @pytest.mark.parametrize(

@@ -44,8 +44,12 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         applied = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")]
     assert applied == [
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
-        "m009_add_reconciled_effects", "m012_add_run_episode_counts", "m017_create_hw_samples",
-        "m019_create_ui_indexes",
+        "m008_create_purge_receipts", "m009_add_reconciled_effects", "m012_add_run_episode_counts",
+        "m016_create_findings", "m017_create_hw_samples", "m019_create_ui_indexes",
+    ]  # fmt: skip
+    assert _columns(db_path, "purge_receipts") == [
+        "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",
+        "contents",
     ]  # fmt: skip
     assert applied == [m.name for m in MIGRATIONS._migrations]
     assert _columns(db_path, "hw_samples") == [
@@ -55,6 +59,10 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
     assert {"replay_run_id", "baseline_until_ts", "dropped", "gaps", "sampler_cpu_s"} <= set(
         _columns(db_path, "hw_runs")
     )
+    assert _columns(db_path, "findings") == [
+        "id", "kind", "severity", "severity_rank", "summary", "event_id", "namespace", "run_id", "episode",
+        "session", "turn", "event_ids", "item_ids", "evidence", "detector_version", "created_at", "dedupe",
+    ]  # fmt: skip
     assert {"total_ms", "parent_id", "model", "provider", "input_tokens", "output_tokens", "ttft_ms",
             "memory_ms", "links"} <= set(_columns(db_path, "events"))  # fmt: skip
 

@@ -19,6 +19,15 @@ so can a score be, as with BM25Okapi. Defaults are BM25Okapi's: k1 = 1.5, b = 0.
 epsilon = 0.25. A query token given twice counts twice; a token the index has not seen
 adds nothing.
 
+Readable scores. BM25Okapi's score is negative when a query word's idf is (a tiny namespace),
+which tells a reader nothing. :meth:`BM25Index.score_floor` is the lowest score any document
+can get for a query: each query word whose idf is negative contributes at least
+``idf * (k1 + 1)`` (the term-frequency part is below ``k1 + 1``), the others at least 0. The
+builtin backend reports ``score - score_floor(query)``: one constant per query, so the ranking
+is BM25Okapi's exactly, every score is >= 0 and higher is better, and whenever no query word
+has a negative idf (any namespace where the word is in at most half of the memories) the
+floor is 0 and the score *is* BM25Okapi's.
+
 The results of a search are the documents holding at least one query token (an any-of
 match, as an ``OR`` query), best score first, ties in the order the documents were
 added, at most ``k`` of them.
@@ -209,6 +218,15 @@ class BM25Index(Generic[K]):
             idfs = np.log(n - dfs + 0.5) - np.log(dfs + 0.5)
             self._average_idf = float(np.dot(terms, idfs) / len(self._postings))
         return self._average_idf
+
+    def score_floor(self, tokens: Iterable[str]) -> float:
+        """The lowest score any document can get for ``tokens`` (<= 0; 0 unless an idf is negative)."""
+        floor = 0.0
+        for token in tokens:
+            postings = self._postings.get(token)
+            if postings is not None:
+                floor += min(0.0, self._idf(len(postings.slots))) * (self.k1 + 1)
+        return floor
 
     def search(self, tokens: Iterable[str], k: int) -> list[tuple[K, float]]:
         """The ``k`` best documents holding any of ``tokens``, as ``(key, score)``, best first."""

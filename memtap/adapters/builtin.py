@@ -5,7 +5,8 @@ and opens the next, a delete closes the last one. Nothing is physically destroye
 so history and lineage survive.
 
 Search ranks with an in-memory BM25 index per namespace (:mod:`memtap.adapters.bm25`,
-rank_bm25's BM25Okapi scores, statistics of that namespace alone), built on the first
+rank_bm25's BM25Okapi ranking, statistics of that namespace alone; scores are BM25Okapi's
+shifted by one per-query constant so they are never negative), built on the first
 search of the namespace from its current rows and then kept in step by this backend's
 own add, update and delete. Other processes may write the same file; every write
 transaction bumps the namespace's row of ``builtin_generation``, so a search that reads
@@ -324,13 +325,14 @@ class BuiltinBackend:
                     namespace, self._generation(namespace), lambda: self._current_contents(namespace)
                 )
                 hits = index.search(tokens, limit)
+                floor = index.score_floor(tokens)  # >= 0 scores, same order: see bm25's docstring
                 row_of = self._versions([version_id for version_id, _ in hits])
         except sqlite3.Error as exc:
             raise BackendError(describe_sqlite_error(self.path, exc)) from exc
         results, effects = [], []
         for rank, (version_id, score) in enumerate(hits, start=1):
             memory = self._memory(row_of[version_id])
-            memory.score = round(score, 6)
+            memory.score = round(score - floor, 6)
             memory.rank = rank
             results.append(memory.model_dump(mode="json", exclude_none=True))
             effects.append(

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import itertools
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,6 +29,7 @@ from typing import Any, Literal
 from memtap.config import ModelEntry, RouteSettings, resolve_secret
 from memtap.errors import ConfigError, ProxyError
 from memtap.jsontext import json_body
+from memtap.proxy.fields import CHAT_FIELDS, EMBEDDING_FIELDS, allowed_fields
 
 __all__ = [
     "OPENAI_COMPATIBLE",
@@ -36,6 +39,7 @@ __all__ = [
     "PassThrough",
     "Upstream",
     "UpstreamError",
+    "clean_message",
     "error_body",
 ]
 
@@ -97,6 +101,9 @@ class Upstream:
     defaults: dict[str, Any] = field(default_factory=dict)
     litellm_params: dict[str, Any] = field(default_factory=dict)
     memory: str | None = None
+    # The request fields forwarded to this deployment (memtap.proxy.fields), with their types.
+    chat_fields: dict[str, Any] = field(default_factory=lambda: dict(CHAT_FIELDS))
+    embedding_fields: dict[str, Any] = field(default_factory=lambda: dict(EMBEDDING_FIELDS))
 
     def key(self) -> str | None:
         """The API key, resolving ``os.environ/NAME`` now (the variable may be set after start)."""
@@ -136,6 +143,8 @@ def upstream_from_entry(entry: ModelEntry, route: RouteSettings | None, default_
         defaults={k: v for k, v in extra.items() if k in REQUEST_DEFAULTS},
         litellm_params=params.model_dump(exclude_none=True),
         memory=route.memory if route is not None else None,
+        chat_fields=allowed_fields(CHAT_FIELDS, route.extra_fields if route is not None else ()),
+        embedding_fields=allowed_fields(EMBEDDING_FIELDS, route.extra_fields if route is not None else ()),
     )
 
 
@@ -276,34 +285,6 @@ class PassThrough:
                 response.close()
 
 
-# Request fields litellm would read as connection settings or credentials. A caller must not
-# be able to send memtap's configured keys to a server of its choosing, so they are dropped.
-_NOT_FROM_CALLERS = frozenset(
-    {
-        "api_base",
-        "base_url",
-        "api_key",
-        "api_version",
-        "custom_llm_provider",
-        "organization",
-        "extra_headers",
-        "headers",
-        "client",
-        "mock_response",
-        "aws_access_key_id",
-        "aws_secret_access_key",
-        "aws_session_token",
-        "aws_region_name",
-        "aws_profile_name",
-        "vertex_project",
-        "vertex_location",
-        "vertex_credentials",
-        "azure_ad_token",
-        "litellm_logging_obj",
-    }
-)
-
-
 def _import_litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_LOG", "ERROR")
@@ -314,12 +295,26 @@ def _import_litellm() -> Any:
     return litellm
 
 
+_TRACEBACK = re.compile(r"\s*(Traceback \(most recent call last\)|File \"|\n)")
+
+
+def clean_message(message: str, limit: int = 500) -> str:
+    """An upstream library's error message fit for a caller: its first line, no traceback,
+    at most ``limit`` characters."""
+    cut = _TRACEBACK.search(message)
+    text = (message[: cut.start()] if cut else message).strip()
+    return text[:limit] + ("…" if len(text) > limit else "") or "no message"
+
+
 def _litellm_error(exc: Exception, upstream: Upstream) -> UpstreamError:
+    """A litellm exception as the caller's answer: the upstream's own 4xx passed on, a 5xx or a
+    failure to connect as 502, a timeout as 504; one clean line, never a traceback."""
     status = getattr(exc, "status_code", None)
-    message = str(getattr(exc, "message", None) or exc)
-    if isinstance(exc, asyncio.TimeoutError) or type(exc).__name__ == "Timeout":
+    message = clean_message(str(getattr(exc, "message", None) or exc))
+    name = type(exc).__name__
+    if isinstance(exc, asyncio.TimeoutError) or name == "Timeout":
         return UpstreamError(504, f"upstream {upstream.alias!r} timed out: {message}", type_="timeout")
-    if isinstance(status, int) and 400 <= status < 600:
+    if isinstance(status, int) and 400 <= status < 500 and name != "APIConnectionError":
         return UpstreamError(status, message)
     return UpstreamError(502, f"upstream {upstream.alias!r} failed: {message}")
 
@@ -344,7 +339,12 @@ class LiteLLMClient:
         if params["api_key"] is None:
             del params["api_key"]
         params.setdefault("timeout", upstream.timeout)
-        safe = {k: v for k, v in request.items() if k not in _NOT_FROM_CALLERS}
+        # The caller's request has been cut to the route's allow-list already (chat.py); cut
+        # again here so no other caller of this client can pass litellm a connection setting.
+        # A deep copy: litellm may change what it is given, and the trace holds the caller's request.
+        safe = copy.deepcopy(
+            {k: v for k, v in request.items() if k in upstream.chat_fields or k in upstream.embedding_fields}
+        )
         return {**safe, **params}
 
     async def chat(self, upstream: Upstream, request: dict[str, Any]) -> bytes:

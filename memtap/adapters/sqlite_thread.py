@@ -147,8 +147,13 @@ class SqliteThread:
                 conn.execute("RELEASE step")
                 steps.append((job, written))
             except sqlite3.Error as exc:
+                if lost is None and not conn.in_transaction:
+                    lost = exc  # what ended the transaction is what every later write is told
                 job.done.set_exception(self._describe(exc))
             except BaseException as exc:
+                cause = exc.__cause__ if isinstance(exc.__cause__, sqlite3.Error) else None
+                if lost is None and cause is not None and not conn.in_transaction:
+                    lost = cause
                 job.done.set_exception(exc)
         try:
             if not conn.in_transaction:

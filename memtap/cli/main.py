@@ -45,11 +45,26 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from memtap.cli import demo, hw, items, proxy, replay, score, serve, suite, trace, ui, verify
+    from memtap.cli import (
+        demo,
+        findings,
+        hw,
+        items,
+        proxy,
+        purge,
+        replay,
+        score,
+        serve,
+        suite,
+        trace,
+        ui,
+        verify,
+    )
 
     cli.add_command(serve.serve)
     cli.add_command(trace.trace)
     cli.add_command(items.items)
+    cli.add_command(purge.purge)
     cli.add_command(demo.demo)
     cli.add_command(proxy.proxy)
     cli.add_command(proxy.init_config)
@@ -62,6 +77,8 @@ def _register() -> None:
     cli.add_command(ui.ui)
     cli.add_command(ui.report)
     cli.add_command(ui.datasette_metadata_command)
+    cli.add_command(findings.check)
+    cli.add_command(findings.findings)
 
 
 _register()

@@ -11,6 +11,7 @@ import click
 from memtap.errors import ConfigError
 
 __all__ = [
+    "content_policy_option",
     "db_option",
     "json_option",
     "limit_options",
@@ -36,6 +37,17 @@ def db_option(func: F) -> F:
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
         help="Trace database (default: $MEMTAP_DB or ~/.memtap/memtap.db).",
+    )(func)
+
+
+def content_policy_option(func: F) -> F:
+    return click.option(
+        "--content-policy",
+        "content_policy",
+        multiple=True,
+        metavar="PATTERN=POLICY",
+        help="What the trace keeps of bodies in namespaces matching PATTERN (glob): full, hashed or none "
+        "(repeatable; first match wins, before the config's memtap.content_policy; default full).",
     )(func)
 
 

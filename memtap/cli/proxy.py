@@ -25,6 +25,7 @@ from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
+    content_policy_option,
     db_option,
     json_option,
     limit_options,
@@ -152,6 +153,7 @@ class _ProxyGroup(click.Group):
 @click.option("--durable", is_flag=True, help="Commit each event before the caller gets its answer.")
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY=PRINCIPAL", help="Accept this bearer key.")
 @click.option("--principal", default="local", show_default=True, help="Principal of unauthenticated callers.")
+@content_policy_option
 @auth_options
 @hw_options
 @limit_options
@@ -176,6 +178,7 @@ def proxy(
     durable: bool,
     api_keys: tuple[str, ...],
     principal: str,
+    content_policy: tuple[str, ...],
     grants: tuple[str, ...],
     act_for: tuple[str, ...],
     context_args: bool | None,
@@ -198,6 +201,7 @@ def proxy(
 
     from memtap.proxy.runtime import Settings
     from memtap.proxy.serve import serve as run
+    from memtap.trace.privacy import parse_policy_rules
 
     # One process, one trace: the same file's model_list and memtap section serve the chat proxy.
     loaded, keys = serving_config(config, api_keys, verbose)
@@ -224,6 +228,7 @@ def proxy(
         upstream_eager=start == "eager",
         upstream_timeout=timeout,
         upstream_inherit_env=inherit,
+        content_policy=parse_policy_rules(content_policy),
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
     with hw_session(hw_probe, settings.db, hw_interval, hw_baseline, "proxy"):
@@ -308,8 +313,13 @@ def status(db: Path | None, url: str | None, as_json: bool) -> None:
 
 
 def _memtap_command() -> list[str]:
+    """The ``memtap`` executable a client should start: the console script installed beside
+    this Python (a virtualenv's ``bin/memtap``), else the one on PATH, else the bare name."""
+    beside = Path(sys.executable).parent / ("memtap.exe" if os.name == "nt" else "memtap")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
     found = shutil.which("memtap")
-    return [os.path.abspath(found)] if found else [sys.executable, "-m", "memtap"]
+    return [os.path.abspath(found) if found else "memtap"]
 
 
 @click.command("init-config", context_settings={"ignore_unknown_options": True})

@@ -11,8 +11,10 @@ from typing import Any
 
 import click
 
+from memtap.cli.from_trace import freeze, selection_options
 from memtap.cli.hw import hw_options, hw_session
 from memtap.cli.options import db_option, json_option, resolve_db
+from memtap.errors import ConfigError
 
 __all__ = ["replay"]
 
@@ -65,6 +67,22 @@ def _plan(
     return ReplayPlan(resume, todo, attempts, config["workers"], config["top_k"])
 
 
+def _frozen(
+    trace_db: Path, db: Path, run: str | None, from_run: str | None, namespace: str | None,
+    since: str | None, until: str | None,
+) -> Path:  # fmt: skip
+    """The --from-trace selection written as a suite file beside the run's database."""
+    from memtap.probes.suitefile import write_suite
+
+    episodes, not_carried = freeze(trace_db, from_run, namespace, since, until)
+    out = db.parent / f"{db.stem}.from-trace-{run or from_run or 'all'}.jsonl"
+    write_suite(episodes, out)
+    click.echo(f"froze {len(episodes)} episode(s) from {trace_db} into {out}", err=True)
+    for what, count in sorted(not_carried.items()):
+        click.echo(f"not carried as recorded: {count} {what}", err=True)
+    return out
+
+
 def _report(summary: dict[str, Any], db: Path) -> None:
     run = summary["run"]
     click.echo(
@@ -87,11 +105,20 @@ def _report(summary: dict[str, Any], db: Path) -> None:
 
 
 @click.command()
-@click.argument("suite_file", metavar="SUITE", type=click.Path(path_type=Path))
+@click.argument("suite_file", metavar="[SUITE]", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--from-trace",
+    "from_trace",
+    metavar="DB",
+    type=click.Path(path_type=Path),
+    help="Instead of SUITE: re-issue this trace database's recorded memory traffic (A/B replay).",
+)
+@selection_options("--from-run")
 @click.option(
     "--target",
     required=True,
-    help="builtin (the embedded backend), mcp:CONFIG[:NAME] (a wrapped MCP server) or openai:URL[#MODEL].",
+    help="builtin (the embedded backend), mem0:CONFIG (mem0 behind memtap serve --config CONFIG), "
+    "mcp:CONFIG[:NAME] (a wrapped MCP server) or openai:URL[#MODEL].",
 )
 @click.option("--run", "run", metavar="NAME", help="Name of the run (default: run-DATE-TIME-XXXX).")
 @click.option(
@@ -130,7 +157,12 @@ def _report(summary: dict[str, Any], db: Path) -> None:
 @hw_options
 @json_option
 def replay(
-    suite_file: Path,
+    suite_file: Path | None,
+    from_trace: Path | None,
+    from_run: str | None,
+    from_namespace: str | None,
+    since: str | None,
+    until: str | None,
     target: str,
     run: str | None,
     workers: int,
@@ -152,7 +184,12 @@ def replay(
     Each episode gets a fresh namespace; its sessions are played in time order, every turn
     through the target's front door with its context, and its probes are asked by their
     requesters. A suite that does not validate is refused before anything is replayed.
-    Ctrl-C leaves a run that --resume finishes."""
+    Ctrl-C leaves a run that --resume finishes.
+
+    With --from-trace DB instead of SUITE, the recorded memory traffic of DB (narrowed by
+    --from-run, --namespace, --since, --until) is frozen into a suite beside --db (as
+    `memtap suite from-trace` does) and replayed: its writes in order with their context, then
+    its retrievals with their queries and requesters. `memtap compare` then sets the runs side by side."""
     import anyio
 
     from memtap.probes.readers import make_reader
@@ -161,9 +198,16 @@ def replay(
     from memtap.probes.suitefile import load_suite
     from memtap.probes.targets import make_target
 
+    path = resolve_db(db)
+    if (suite_file is None) == (from_trace is None):
+        raise ConfigError("give a SUITE file or --from-trace DB (one of them)")
+    if from_trace is None and any(v is not None for v in (from_run, from_namespace, since, until)):
+        raise ConfigError("--from-run, --namespace, --since and --until select from --from-trace DB")
+    if from_trace is not None:
+        suite_file = _frozen(from_trace, path, run, from_run, from_namespace, since, until)
+    assert suite_file is not None
     suite = load_suite(suite_file)
     answerer = make_reader(reader, config_file)
-    path = resolve_db(db)
     the_target = make_target(target, db=path, server_url=server, gate=gate)
     store = RunStore(path)
     try:

@@ -135,11 +135,34 @@ def score(
     help="The database of RUN_B, when it is not --db.",
 )
 @_formats
+@click.option(
+    "--retrievals",
+    is_flag=True,
+    help="Instead: per probe, what each run retrieved (overlap at --k, same first, only-A/B, latency).",
+)
+@click.option(
+    "--k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="Top k for --retrievals."
+)
 def compare(
-    run_a: str, run_b: str, db: Path | None, db_b: Path | None, as_json: bool, markdown: bool
-) -> None:
+    run_a: str, run_b: str, db: Path | None, db_b: Path | None, as_json: bool, markdown: bool,
+    retrievals: bool, k: int,
+) -> None:  # fmt: skip
     """Paired bootstrap differences (RUN_B minus RUN_A) of every headline measure, over the episodes
-    both runs scored. Uses each run's latest stored score, scoring a run that has none."""
+    both runs scored. Uses each run's latest stored score, scoring a run that has none.
+
+    With --retrievals: per probe both runs answered, what each backend returned (for A/B replays
+    of recorded traffic, which have no gold to score)."""
+    if retrievals:
+        from memtap.scoring.retrievals import compare_retrievals, render_retrievals
+
+        first, second = _open(db), _open(db_b or db)
+        try:
+            found = compare_retrievals(first.conn, run_a, second.conn, run_b, k=k)
+        finally:
+            first.conn.close()
+            second.conn.close()
+        click.echo(json.dumps(found) if as_json else render_retrievals(found))
+        return
     from memtap.scoring.compare import compare_scores
     from memtap.scoring.report import render_compare
     from memtap.scoring.score import latest_score, score_run, store_score

@@ -13,6 +13,7 @@ from memtap.cli.jwt import jwt_authenticators, jwt_options
 from memtap.cli.options import (
     auth_options,
     auth_settings,
+    content_policy_option,
     db_option,
     limit_options,
     loop_options,
@@ -64,6 +65,7 @@ DEFAULT_HTTP = "127.0.0.1:8750"
     type=click.Path(dir_okay=False, path_type=Path),
     help="YAML/JSON config: LiteLLM's model_list (chat upstreams at /v1) and a memtap section.",
 )
+@content_policy_option
 @hw_options
 @click.option("--console-spans", is_flag=True, help="Print OpenTelemetry spans to stderr.")
 @jwt_options
@@ -82,6 +84,7 @@ def serve(
     max_content_bytes: int,
     limits: Limits,
     config_path: Path | None,
+    content_policy: tuple[str, ...],
     hw_probe: bool,
     hw_interval: float,
     hw_baseline: float,
@@ -94,6 +97,7 @@ def serve(
 
     from memtap.proxy.runtime import Settings
     from memtap.proxy.serve import serve as run
+    from memtap.trace.privacy import parse_policy_rules
 
     config, keys = serving_config(config_path, api_keys, verbose)
     bearer_jwts = jwt_authenticators(config, **jwt_flags)
@@ -110,6 +114,7 @@ def serve(
         **auth_settings(config, keys, grants=grants, act_for=act_for, context_args=context_args, gate=gate),
         authenticators=bearer_jwts,
         console_spans=console_spans,
+        content_policy=parse_policy_rules(content_policy),
     )
     address = parse_host_port(http) if http else (None if stdio else parse_host_port(DEFAULT_HTTP))
     with hw_session(hw_probe, settings.db, hw_interval, hw_baseline, "serve"):

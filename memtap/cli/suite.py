@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from memtap.cli.from_trace import freeze, selection_options
 from memtap.cli.options import json_option
 
 __all__ = ["suite"]
@@ -193,3 +194,21 @@ def gen(
         raise SuiteInvalid(f"the {kind} generator (seed {seed})", problems)
     _write(made, output)
     _summary(made, output)
+
+
+@suite.command("from-trace")
+@click.argument("trace_db", metavar="DB", type=click.Path(path_type=Path))
+@selection_options("--run")
+@_output
+def from_trace(
+    trace_db: Path, from_run: str | None, from_namespace: str | None, since: str | None, until: str | None,
+    output: str,
+) -> None:  # fmt: skip
+    """Freeze recorded memory traffic into a suite: one episode per namespace, the writes as turns
+    (in their sessions and order), the retrievals as probes (their queries and requesters), no gold.
+    Deletes, failed calls and updates (kept as writes of the new content) are counted."""
+    episodes, not_carried = freeze(trace_db, from_run, from_namespace, since, until)
+    _write(episodes, output)
+    _summary(episodes, output)
+    for what, count in sorted(not_carried.items()):
+        click.echo(f"not carried as recorded: {count} {what}", err=True)

@@ -90,7 +90,7 @@ class InProcessServer:
         async def on_backend() -> None:
             thread = getattr(self.runtime.backend, "_thread", None)
             if thread is not None:
-                await thread.run(run, backend)
+                await thread.run(lambda: run(backend))
             else:
                 run(backend)
 

@@ -120,6 +120,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             "backend": runtime.backend.name,
             "uptime_s": round(time.monotonic() - started, 3),
             "recorder": runtime.recorder.stats_dict(),
+            **({"findings": runtime.findings.stats_dict()} if runtime.findings is not None else {}),
             **({"upstreams": runtime.upstreams.status()} if runtime.upstreams is not None else {}),
         }
 

@@ -47,6 +47,7 @@ from memtap.auth import (
     resolve_context,
 )
 from memtap.errors import AccessDenied, InvalidArguments
+from memtap.proxy.fields import CHAT_FIELDS, check_types, forwardable, recorded, refuse_redirects
 from memtap.proxy.held import DONE, HeldReply
 from memtap.proxy.http import (
     RequestProblem,
@@ -171,6 +172,8 @@ class ChatProxy:
             problem = exc
         model = request.get("model")
         upstream = self.router.get(model) if isinstance(model, str) else None
+        allowed = upstream.chat_fields if upstream is not None else CHAT_FIELDS
+        request, dropped = forwardable(request, allowed)
         started = [False]
         held = HeldReply(send, hold=self.recorder.durable)
         async with recorded_call(
@@ -179,7 +182,7 @@ class ChatProxy:
             op=Op.CHAT,
             front_door="openai",
             backend=upstream.via if upstream is not None else "none",
-            arguments=request,
+            arguments=recorded(request, dropped),
             fallback_context=lambda: best_context(
                 who, layers=context_layers(request, headers), client=headers.get("user-agent")
             ),
@@ -191,6 +194,8 @@ class ChatProxy:
                 if problem is not None:
                     raise problem
                 _validate(request)
+                refuse_redirects(dropped)
+                check_types(request, allowed)
                 if upstream is None:
                     raise RequestProblem(
                         404,
@@ -213,7 +218,17 @@ class ChatProxy:
                     raise RequestProblem(400, f"X-Memtap-Memory must be off or auto, not {mode!r}")
                 self._authorise(call, who, request, mode)
                 await self._serve(
-                    call, request, raw, upstream, mode, who, layers, receive, send, held, started
+                    call,
+                    request,
+                    raw if not dropped else b"",
+                    upstream,
+                    mode,
+                    who,
+                    layers,
+                    receive,
+                    send,
+                    held,
+                    started,
                 )
             except (RequestProblem, UpstreamError) as exc:
                 if not started[0]:
@@ -251,7 +266,8 @@ class ChatProxy:
         passthrough = upstream.via == "passthrough"
         if not passthrough:  # litellm re-encodes the request: refuse what it cannot encode
             refuse_unencodable(outgoing)
-        body = upstream.prepare(outgoing, raw, changed=bool(recall.memories)) if passthrough else b""
+        changed = bool(recall.memories) or not raw  # no raw bytes: fields were dropped from them
+        body = upstream.prepare(outgoing, raw, changed=changed) if passthrough else b""
         reply: str | None = None
         complete = True
         if not stream:

@@ -26,6 +26,7 @@ from memtap.auth import CALLER_SCOPE_KEY, Caller, Policy, best_context, local_ca
 from memtap.config import ConfigFile
 from memtap.errors import AccessDenied, InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
+from memtap.proxy.fields import EMBEDDING_FIELDS, check_types, forwardable, recorded, refuse_redirects
 from memtap.proxy.held import HeldReply
 from memtap.proxy.http import (
     RequestProblem,
@@ -147,6 +148,8 @@ class OpenAIFrontDoor:
         embedder = self.embedders.get(alias)
         upstream = None if embedder is not None else self.router.get(alias)
         provider = "local" if embedder is not None else (upstream.provider if upstream is not None else None)
+        allowed = upstream.embedding_fields if upstream is not None else EMBEDDING_FIELDS
+        request, dropped = forwardable(request, allowed)
         answered = False
         held = HeldReply(send, hold=self.recorder.durable)  # durable: the answer waits for the commit
         async with recorded_call(
@@ -155,7 +158,7 @@ class OpenAIFrontDoor:
             op=Op.EMBED,
             front_door="openai",
             backend="local" if embedder is not None else (upstream.via if upstream is not None else "none"),
-            arguments=request,
+            arguments=recorded(request, dropped),
             fallback_context=lambda: best_context(
                 who, layers=context_layers(request, headers), client=headers.get("user-agent")
             ),
@@ -167,6 +170,8 @@ class OpenAIFrontDoor:
                 if problem is not None:
                     raise problem
                 _check_embedding_request(request, local=embedder is not None)
+                refuse_redirects(dropped)
+                check_types(request, allowed)
                 if embedder is not None or (upstream is not None and upstream.via != "passthrough"):
                     refuse_unencodable(request["input"], "input")
                 try:

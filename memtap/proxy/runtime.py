@@ -16,10 +16,12 @@ from memtap.adapters.registry import open_backend
 from memtap.auth import ApiKeyAuthenticator, Authentication, Authenticator, LocalAuthenticator, Policy
 from memtap.config import ConfigFile, McpServerConfig, parse_api_keys
 from memtap.errors import ConfigError
+from memtap.findings.live import start_live_findings
 from memtap.limits import DEFAULT_LIMITS, Limits, install
 from memtap.proxy.policy import GateMode
 from memtap.proxy.replay_clock import ReplayClock
 from memtap.proxy.service import DEFAULT_MAX_CONTENT_BYTES, MemoryService
+from memtap.trace.privacy import ContentPolicy, PolicyName, TracePrivacy, secrets_of
 from memtap.trace.writer import Recorder
 
 if TYPE_CHECKING:
@@ -75,6 +77,15 @@ class Settings:
     upstream_eager: bool = True
     upstream_timeout: float | None = None
     upstream_inherit_env: bool = False
+    # --content-policy PATTERN=POLICY rules; they come before the config's memtap.content_policy.
+    content_policy: list[tuple[str, PolicyName]] = field(default_factory=list)
+
+    def privacy(self) -> TracePrivacy:
+        """The content policy (command-line rules first, then the config's) and every configured secret."""
+        rules = [*self.content_policy, *self.config.memtap.content_policy.items()]
+        return TracePrivacy(
+            ContentPolicy(rules), secrets_of(self.config, self.api_keys, self.upstreams.values())
+        )
 
     @property
     def authenticated(self) -> bool:
@@ -107,7 +118,9 @@ class Runtime:
         self.settings = settings
         install(settings.limits)  # the caps are per process; the front doors read them
         self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
+        self.recorder.privacy = settings.privacy()
         self.recorder.start()
+        self.findings = start_live_findings(settings.db, settings.config.memtap.findings, self.recorder)
         self.upstreams: UpstreamPool | None = None
         servers = dict(settings.upstreams)
         kind, _, wrapped = settings.config.memtap.backend.partition(":")
@@ -135,6 +148,8 @@ class Runtime:
                 self.backend = open_backend(settings.config, settings.db, durable=settings.durable)
         except Exception:
             self.recorder.close()
+            if self.findings is not None:
+                self.findings.close()
             raise
         self.authentication = settings.authentication()
         for warning in self.grant_warnings():
@@ -172,8 +187,13 @@ class Runtime:
         return bool(self.settings.upstreams)
 
     async def aclose(self) -> None:
-        """Close the backend, then the recorder (which writes what is still queued), whatever fails."""
+        """Close the backend, then the recorder (which writes what is still queued), then live
+        findings, whatever fails."""
         try:
             await self.backend.close()
         finally:
-            self.recorder.close()
+            try:
+                self.recorder.close()
+            finally:
+                if self.findings is not None:
+                    self.findings.close()

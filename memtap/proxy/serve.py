@@ -73,6 +73,14 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     configure_tracing(console=settings.console_spans)
     runtime = Runtime(settings)
+    if runtime.recorder.privacy.secrets:  # no configured secret reaches a log line or a span either
+        from memtap.trace.otel_redact import set_span_redactor
+        from memtap.trace.privacy import RedactingFilter
+
+        redacting = RedactingFilter(runtime.recorder.privacy)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(redacting)
+        set_span_redactor(runtime.recorder.privacy.redact)
     try:
         uvicorn_server = None
         if http is not None:

@@ -15,7 +15,7 @@ from memtap.adapters.base import BackendResult, MemoryBackend
 from memtap.auth import Caller, Policy, Right, best_context, default_requester, local_caller, resolve_context
 from memtap.auth.grants import right_for
 from memtap.auth.resolve import Clock
-from memtap.errors import AccessDenied, BackendError, UnknownTool
+from memtap.errors import AccessDenied, BackendError, InvalidArguments, UnknownTool
 from memtap.limits import check_arguments
 from memtap.proxy.policy import GateMode, gate_retrieval, gate_stored
 from memtap.proxy.tools import (
@@ -118,6 +118,7 @@ class MemoryService:
             except AccessDenied as exc:
                 call.context = getattr(exc, "context", None)
                 raise
+            self._check_secrets(args_in, context)
             self._check_content(name, args)
             if isinstance(args, UpdateArgs) and args.access is not None and who.restricted:
                 await self._check_retag(who, context, args.id)
@@ -168,6 +169,16 @@ class MemoryService:
         call.effects = [eff for eff in call.effects if eff.item_id not in withheld]
         kept = [m for m in call.value[listed_key] if m["id"] not in withheld]
         call.value = {**call.value, listed_key: kept, "withheld": len(withheld)}
+
+    def _check_secrets(self, arguments: Mapping[str, Any], context: Context) -> None:
+        """memtap stores none of its own secrets: a call carrying one (in its arguments or its
+        context, from headers or ``_meta``) is refused; the trace records it redacted."""
+        privacy = self.recorder.privacy
+        if privacy.secrets and privacy.contains_secret([arguments, context]):
+            raise InvalidArguments(
+                "the call carries one of memtap's configured secrets (an API key or an upstream "
+                "credential); memtap does not store its own secrets"
+            )
 
     def _check_content(self, tool: str, args: ContextArgs) -> None:
         """Content and query sizes, string lengths, metadata size and depth (memtap.limits)."""

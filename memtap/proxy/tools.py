@@ -181,7 +181,9 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec(
             "memory_search",
             "Search memories",
-            "Find memory items relevant to a query, best first (BM25 ranking).",
+            "Find memory items relevant to a query, best first (BM25 ranking). Each result's score is "
+            "non-negative and higher is better: BM25Okapi's score, shifted up by one per-query "
+            "constant only when a query word is in more than half of the namespace's memories.",
             SearchArgs,
             Op.RETRIEVE,
             read_only=True,

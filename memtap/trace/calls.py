@@ -115,6 +115,8 @@ async def recorded_call(
     )
     record.parent_id = _CURRENT_CALL.get()
 
+    span_query: list[str | None] = [None]  # what a span may show of the query, set by build()
+
     def build(value: Any, effects: list[MemoryEffect], error: str | None = None) -> TraceEvent:
         """The call's event as it stands, with ``value``, ``effects`` and ``error`` (else the
         record's); any thread (the builtin backend builds it inside its transaction)."""
@@ -151,9 +153,17 @@ async def recorded_call(
         total_ms = record.total_ms if record.total_ms is not None else (time.perf_counter() - t0) * 1000
         event.total_ms = round(total_ms, 4)
         event.overhead_ms = round(total_ms - (backend_ms or 0.0) - (record.memory_ms or 0.0), 4)
+        # The content policy and secret redaction, before the span or the trace sees the event.
+        span_query[0] = recorder.privacy.apply(event, record.query)
         return event
 
-    inline = InlineEvent(recorder.real_path, build, recorder.count_committed) if op in _STORAGE_OPS else None
+    inline: InlineEvent | None = None
+
+    def inline_committed() -> None:
+        event = inline.event if inline is not None else None
+        recorder.count_committed(1, [event] if event is not None else None)
+
+    inline = InlineEvent(recorder.real_path, build, inline_committed) if op in _STORAGE_OPS else None
     token = _CURRENT_CALL.set(record.id)
     offered = offer(inline)
     recorder.stats.open_calls += 1
@@ -166,7 +176,7 @@ async def recorded_call(
             if op == Op.CHAT:
                 finish_chat_span(span, event)
             else:
-                finish_memory_span(span, event, record.query)
+                finish_memory_span(span, event, span_query[0])
 
         try:
             yield record

@@ -259,6 +259,30 @@ def m006_create_scores(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m008_create_purge_receipts(db: Database) -> None:
+    """``memtap purge``: one receipt per purged item (what was removed, its hashes and sizes,
+    when and by whom); the content itself is gone from every table. (Numbered 008: 005 and
+    007 are taken on other branches.)"""
+    db.execute(
+        """
+        CREATE TABLE purge_receipts (
+            id INTEGER PRIMARY KEY,
+            purge_id TEXT NOT NULL,
+            purged_at TEXT NOT NULL,
+            purged_by TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            backend TEXT NOT NULL,
+            item_id TEXT NOT NULL,
+            namespace TEXT,
+            versions INTEGER NOT NULL,
+            contents TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX purge_receipts_item ON purge_receipts(backend, item_id)")
+
+
+@MIGRATIONS()
 def m009_add_reconciled_effects(db: Database) -> None:
     """Effects found by reading a backend's state rather than observed on the call
     (``reconciled`` 1), with the evidence as JSON: what was read, when and why."""
@@ -272,6 +296,41 @@ def m012_add_run_episode_counts(db: Database) -> None:
     and refused, searches, probes, escape attempts refused, ...), which the isolation canary's
     score checks against the recorded events. (Numbered 012: 007 to 011 are other branches'.)"""
     db.execute("ALTER TABLE run_episodes ADD COLUMN counts TEXT")
+
+
+@MIGRATIONS()
+def m016_create_findings(db: Database) -> None:
+    """Findings of the detectors (``memtap check``, live detection): one row per finding, with its
+    rule's name, severity, where it happened, the events and items it is about, and its evidence.
+    ``dedupe`` keys a finding so running ``memtap check`` twice stores it once."""
+    db.execute(
+        """
+        CREATE TABLE findings (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            severity TEXT NOT NULL,
+            severity_rank INTEGER NOT NULL,
+            summary TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            namespace TEXT,
+            run_id TEXT,
+            episode TEXT,
+            session TEXT,
+            turn TEXT,
+            event_ids TEXT NOT NULL,
+            item_ids TEXT NOT NULL,
+            evidence TEXT NOT NULL,
+            detector_version TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            dedupe TEXT NOT NULL UNIQUE
+        )
+        """
+    )
+    db.execute("CREATE INDEX findings_kind ON findings(kind, severity_rank)")
+    db.execute("CREATE INDEX findings_event ON findings(event_id)")
+    db.execute("CREATE INDEX findings_namespace ON findings(namespace)")
+    db.execute("CREATE INDEX findings_run ON findings(run_id, episode, session)")
+    db.execute("CREATE INDEX findings_created ON findings(created_at)")
 
 
 @MIGRATIONS()

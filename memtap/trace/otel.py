@@ -19,6 +19,8 @@ import contextlib
 import json
 import os
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +36,7 @@ __all__ = [
     "finish_chat_span",
     "finish_memory_span",
     "memory_span",
+    "span_of_event",
     "tracer",
 ]
 
@@ -48,6 +51,26 @@ OPERATION_NAMES = {
 }
 _SPAN_KINDS = {Op.RETRIEVE: "RETRIEVER", Op.READ: "RETRIEVER"}
 _configured = False
+
+# The spans of recent calls, by event id, so findings made after a call's commit can be put on
+# its span, or linked to it once it has ended (memtap/findings/otel.py). Bounded; only filled
+# while a tracer provider is installed.
+_RECENT_SPANS: OrderedDict[str, Span] = OrderedDict()
+_RECENT_SPANS_MAX = 10_000
+_RECENT_LOCK = threading.Lock()
+
+
+def _remember_span(event_id: str, span: Span) -> None:
+    with _RECENT_LOCK:
+        _RECENT_SPANS[event_id] = span
+        if len(_RECENT_SPANS) > _RECENT_SPANS_MAX:
+            _RECENT_SPANS.popitem(last=False)
+
+
+def span_of_event(event_id: str) -> Span | None:
+    """The span of a recent call recorded as ``event_id`` (ended or not), if still remembered."""
+    with _RECENT_LOCK:
+        return _RECENT_SPANS.get(event_id)
 
 
 def _capture_content() -> bool:
@@ -74,6 +97,8 @@ def configure_tracing(*, console: bool = False) -> bool:
         SpanExporter,
     )
 
+    from memtap.trace.otel_redact import RedactingExporter
+
     provider = TracerProvider(resource=Resource.create({"service.name": "memtap"}))
     if otlp:
         protocol = os.environ.get(
@@ -88,9 +113,11 @@ def configure_tracing(*, console: bool = False) -> bool:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GRPCExporter
 
             exporter = GRPCExporter()
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(BatchSpanProcessor(RedactingExporter(exporter)))
     if console:
-        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+        provider.add_span_processor(
+            SimpleSpanProcessor(RedactingExporter(ConsoleSpanExporter(out=sys.stderr)))
+        )
     trace.set_tracer_provider(provider)
     _configured = True
     return True
@@ -147,6 +174,9 @@ def finish_memory_span(span: Span, event: TraceEvent, query: str | None = None) 
     if not span.is_recording():
         return
     span.set_attribute("memtap.event_id", event.id)
+    _remember_span(event.id, span)
+    if event.gate:
+        span.set_attribute("memtap.gate", event.gate)
     operation = OPERATION_NAMES.get(event.op, event.op.value)
     span.update_name(f"{operation} {event.backend}")
     span.set_attributes(
@@ -154,6 +184,7 @@ def finish_memory_span(span: Span, event: TraceEvent, query: str | None = None) 
             "gen_ai.operation.name": operation,
             "openinference.span.kind": _SPAN_KINDS.get(event.op, "TOOL"),
             "memtap.op": event.op.value,
+            "gen_ai.tool.name": event.tool,  # as recorded: a configured secret is redacted
         }
     )
     span.set_attributes(_context_attributes(event.context))
@@ -199,6 +230,9 @@ def finish_chat_span(span: Span, event: TraceEvent) -> None:
     if not span.is_recording():
         return
     span.set_attribute("memtap.event_id", event.id)
+    span.update_name(f"chat {event.model or event.tool}")  # the model as recorded (secrets redacted)
+    span.set_attribute("gen_ai.request.model", event.model or event.tool)
+    _remember_span(event.id, span)
     span.set_attributes(_context_attributes(event.context))
     result = event.result if isinstance(event.result, dict) else {}
     attrs: dict[str, Any] = {}

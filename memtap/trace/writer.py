@@ -26,12 +26,14 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from pathlib import Path
 
 from memtap.errors import StoreError
 from memtap.trace.models import TraceEvent
+from memtap.trace.privacy import TracePrivacy
 from memtap.trace.store import TraceStore
 
 __all__ = ["Recorder", "RecorderStats"]
@@ -98,12 +100,17 @@ class Recorder:
         # writer thread from taking the GIL from the event loop after every call.
         self.linger_s = 0.0 if durable else linger_s
         self.stats = RecorderStats()
+        # Applied to every event before it is recorded (recorded_call): content policy, secrets.
+        self.privacy = TracePrivacy()
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
         self._store: TraceStore | None = None
         self._closing = threading.Event()
         self._give_up_at = float("inf")  # set by close(): retrying stops here
         self._idle = threading.Condition()
+        # Called on the writer thread with each committed batch (live findings): a callback
+        # must only hand the events on, never block; one that raises is logged and skipped.
+        self.after_commit: list[Callable[[list[TraceEvent]], None]] = []
 
     @property
     def spill_path(self) -> Path:
@@ -125,8 +132,18 @@ class Recorder:
         with self._idle:
             self.stats.submitted += 1
 
-    def count_committed(self, n: int = 1) -> None:
-        """Count events that a backend committed in its own write transaction."""
+    def _after_commit(self, events: list[TraceEvent]) -> None:
+        for callback in self.after_commit:
+            try:
+                callback(events)
+            except Exception:
+                log.exception("recorder: an after-commit callback failed")
+
+    def count_committed(self, n: int = 1, events: list[TraceEvent] | None = None) -> None:
+        """Count events that a backend committed in its own write transaction (``events``:
+        handed to the after-commit callbacks, as the writer thread's own batches are)."""
+        if events:
+            self._after_commit(events)
         with self._idle:
             self.stats.submitted += n
             self.stats.written += n
@@ -280,6 +297,8 @@ class Recorder:
             except Exception as exc:  # not a database error: a bug; the batch is written event by event
                 log.exception("recorder: unexpected failure writing %d events", len(events))
                 return StoreError(f"{type(exc).__name__}: {exc}")
+            # Before the batch counts as written, so whoever flushed the recorder finds it handed on.
+            self._after_commit(events)
             with self._idle:
                 self.stats.written += len(events)
                 self.stats.batches += 1

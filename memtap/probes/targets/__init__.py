@@ -11,7 +11,7 @@ __all__ = ["make_target"]
 
 
 def make_target(spec: str, *, db: Path, server_url: str | None = None, gate: str | None = None) -> Target:
-    """The target a ``--target`` names: ``builtin``, ``mcp:CONFIG[:NAME]`` or ``openai:URL``.
+    """The target a ``--target`` names: ``builtin``, ``mem0:CONFIG``, ``mcp:CONFIG[:NAME]`` or ``openai:URL``.
     ``gate`` (observe or enforce) is passed to the ``memtap serve`` the builtin target starts."""
     kind = spec.split(":", 1)[0]
     if gate is not None and (spec != "builtin" or server_url is not None):
@@ -29,8 +29,12 @@ def make_target(spec: str, *, db: Path, server_url: str | None = None, gate: str
         from memtap.probes.targets.mcp_canary import McpCanaryTarget
 
         return McpCanaryTarget(spec, db)
+    if kind == "mem0":
+        from memtap.probes.targets.mem0 import Mem0Target
+
+        return Mem0Target(spec, db)
     if kind == "openai":
         from memtap.probes.targets.openai_canary import OpenAICanaryTarget
 
         return OpenAICanaryTarget(spec, db)
-    raise ConfigError(f"unknown target {spec!r}; use builtin, mcp:CONFIG[:NAME] or openai:URL")
+    raise ConfigError(f"unknown target {spec!r}; use builtin, mem0:CONFIG, mcp:CONFIG[:NAME] or openai:URL")

@@ -1,0 +1,110 @@
+"""The engine: every detector sees each event in trace order, then the event updates the state.
+
+One engine serves both modes: ``memtap check`` feeds it the events of a database, the live
+detector thread feeds it each batch the recorder committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from memtap.errors import ConfigError
+from memtap.findings.access import (
+    Canary,
+    CanaryExposure,
+    CrossNamespace,
+    LeakInjection,
+    LeakRetrieval,
+    SecretStored,
+)
+from memtap.findings.lifecycle import (
+    DestructiveUpdate,
+    Duplicate,
+    Erasure,
+    LostOnFailure,
+    ReaddDeletes,
+    StaleCoexistence,
+    UntrustedOverwrite,
+)
+from memtap.findings.model import Detector, Finding
+from memtap.findings.state import TraceState
+from memtap.trace.models import TraceEvent
+
+__all__ = ["DETECTOR_NAMES", "Engine", "EngineStats", "make_detectors"]
+
+DETECTOR_NAMES = (
+    "erasure",
+    "destructive_update",
+    "stale_coexistence",
+    "readd_deletes",
+    "lost_on_failure",
+    "duplicate",
+    "untrusted_overwrite",
+    "leak_retrieval",
+    "leak_injection",
+    "cross_namespace",
+    "canary_exposure",
+    "secret_stored",
+)
+
+
+def make_detectors(canaries: Sequence[Canary] = (), only: Iterable[str] | None = None) -> list[Detector]:
+    """A fresh instance of every detector (or of those ``only`` names), in a fixed order."""
+    detectors: list[Detector] = [
+        Erasure(),
+        DestructiveUpdate(),
+        StaleCoexistence(),
+        ReaddDeletes(),
+        LostOnFailure(),
+        Duplicate(),
+        UntrustedOverwrite(),
+        LeakRetrieval(),
+        LeakInjection(),
+        CrossNamespace(),
+        CanaryExposure([Canary(c.value, set(c.owners), c.configured) for c in canaries]),
+        SecretStored(),
+    ]
+    if only is None:
+        return detectors
+    wanted = set(only)
+    unknown = wanted - set(DETECTOR_NAMES)
+    if unknown:
+        raise ConfigError(
+            f"unknown detector(s) {', '.join(sorted(unknown))}; known: {', '.join(DETECTOR_NAMES)}"
+        )
+    return [d for d in detectors if d.name in wanted]
+
+
+@dataclass
+class EngineStats:
+    events: int = 0
+    findings: int = 0
+    detector_errors: int = 0
+    last_error: str | None = None
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+class Engine:
+    """Detectors plus the trace state they share."""
+
+    def __init__(self, detectors: list[Detector] | None = None) -> None:
+        self.detectors = detectors if detectors is not None else make_detectors()
+        self.state = TraceState()
+        self.stats = EngineStats()
+
+    def feed(self, events: Iterable[TraceEvent]) -> list[Finding]:
+        found: list[Finding] = []
+        for event in events:
+            self.stats.events += 1
+            for detector in self.detectors:
+                try:
+                    found.extend(detector.observe(event, self.state))
+                except Exception as exc:  # a broken rule must not stop the others, nor recording
+                    self.stats.detector_errors += 1
+                    self.stats.last_error = f"{detector.name} on {event.id}: {type(exc).__name__}: {exc}"
+            self.state.apply(event)
+        for finding in found:
+            self.stats.findings += 1
+            self.stats.by_kind[finding.kind] = self.stats.by_kind.get(finding.kind, 0) + 1
+        return found

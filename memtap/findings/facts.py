@@ -1,0 +1,279 @@
+"""Deterministic fact extraction: the values, names, numbers, dates and quoted strings a text
+states, and the cue words that mark a request to forget or a correction.
+
+No model is involved: a fact is a normalised token or phrase found by a pattern, so the same
+text always gives the same facts and a detector's evidence can be checked by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+__all__ = [
+    "asks_to_change",
+    "asks_to_forget",
+    "correction_old_values",
+    "facts",
+    "is_correction",
+    "near_equal",
+    "normalise",
+    "words",
+]
+
+_MONTHS = (
+    "january|february|march|april|may|june|july|august|september|october|november|december"
+    "|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+_DATE = re.compile(
+    r"\b(\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}/\d{2,4}|(?:"
+    + _MONTHS
+    + r")\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?"
+    r"|\d{1,2}(?:st|nd|rd|th)? (?:" + _MONTHS + r")(?:,? \d{4})?)\b",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:]\d+)*%?")
+_QUOTED = re.compile(r"\"([^\"]{1,80})\"|“([^”]{1,80})”|'([^'\s][^']{0,78}[^'\s])'(?!\w)")
+_NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
+# "is X", "are X", "was X", "to X", "=", ":" followed by up to three lowercase words: the value
+# a statement gives ("favourite colour is dark blue", "moved to berlin").
+_VALUE = re.compile(
+    r"\b(?:is|are|was|were|to|prefers?|likes?|loves?|uses?|hates?|named|called)\s+"
+    r"((?:(?:a|an|the|my|his|her|their)\s+)?[a-z][\w-]*(?:\s+[a-z][\w-]*){0,2})"
+    r"|[=:]\s*([^\s,;.]+(?:\s+[^\s,;.]+){0,2})"
+)
+_WORD = re.compile(r"[\w'-]+")
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "with",
+        "by",
+        "from",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "they",
+        "them",
+        "their",
+        "not",
+        "no",
+        "yes",
+        "do",
+        "does",
+        "did",
+        "have",
+        "has",
+        "had",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "may",
+        "might",
+        "must",
+        "about",
+        "into",
+        "over",
+        "than",
+        "then",
+        "so",
+        "if",
+        "when",
+        "while",
+        "also",
+        "just",
+        "very",
+        "really",
+        "now",
+        "still",
+        "new",
+        "sure",
+        "since",
+        "okay",
+        "ok",
+        "fine",
+        "good",
+        "great",
+        "done",
+        "going",
+        "able",
+        "here",
+        "there",
+        "what",
+        "which",
+        "who",
+        "how",
+        "why",
+        "all",
+        "any",
+        "some",
+        "more",
+        "most",
+        "one",
+        "understood",
+        "user",
+        "users",
+        "agent",
+        "assistant",
+        "memory",
+    ]
+)
+_SENTENCE_START_STOP = frozenset(
+    [
+        "The",
+        "A",
+        "An",
+        "I",
+        "It",
+        "This",
+        "That",
+        "These",
+        "Those",
+        "My",
+        "Our",
+        "Your",
+        "His",
+        "Her",
+        "Their",
+        "We",
+        "You",
+        "He",
+        "She",
+        "They",
+        "User",
+        "Users",
+        "Assistant",
+        "Also",
+        "Now",
+        "Actually",
+        "Please",
+        "Remember",
+        "Note",
+        "Today",
+        "Yesterday",
+    ]
+)
+
+_FORGET = re.compile(
+    r"\b(forget|delete|remove|erase|drop|discard|clear|wipe|purge|don'?t remember|do not remember"
+    r"|stop remembering|no longer (?:remember|store|keep))\b",
+    re.IGNORECASE,
+)
+_CHANGE = re.compile(
+    r"\b(actually|correction|correct(?:ed|ing)?|change[ds]?|update[ds]?|instead|no longer|not any ?more"
+    r"|anymore|moved|switched|now (?:is|are|live|work|prefer|use)|replace[ds]?|wrong|mistake|rather)\b",
+    re.IGNORECASE,
+)
+_OLD_VALUE = re.compile(
+    r"\b(?:from|instead of|no longer|not|rather than|previously|formerly|used to be|was)\s+"
+    r"((?:[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)|\d+(?:[.,:]\d+)*|[a-z][\w-]*)",
+)
+
+
+def normalise(text: str) -> str:
+    return " ".join(_WORD.findall(text.casefold()))
+
+
+def words(text: str) -> frozenset[str]:
+    """The content words of a text (case-folded, stop words removed)."""
+    return frozenset(w for w in _WORD.findall(text.casefold()) if w not in _STOP and len(w) > 1)
+
+
+@lru_cache(maxsize=65536)
+def facts(text: str) -> frozenset[str]:
+    """The facts a text states, normalised: dates, numbers, quoted strings, capitalised names
+    (not a lone sentence-opening word) and value phrases."""
+    found: set[str] = set()
+    for match in _DATE.finditer(text):
+        found.add(normalise(match.group(0)))
+    undated = _DATE.sub(" ", text)
+    for match in _NUMBER.finditer(undated):
+        found.add(match.group(0).rstrip(".,:").casefold())
+    for match in _QUOTED.finditer(text):
+        quoted = next(g for g in match.groups() if g)
+        found.add(normalise(quoted))
+    for match in _NAME.finditer(text):
+        name = match.group(0)
+        parts = name.split()
+        while parts and parts[0] in _SENTENCE_START_STOP:
+            parts = parts[1:]
+        if parts:
+            found.add(normalise(" ".join(parts)))
+    for match in _VALUE.finditer(text):
+        value = normalise(match.group(1) or match.group(2) or "")
+        value = " ".join(w for w in value.split() if w not in _STOP)
+        if value:
+            found.add(value)
+    found.discard("")
+    return frozenset(found)
+
+
+def survives(fact: str, text_facts: frozenset[str], text_norm: str) -> bool:
+    """Whether ``fact`` is still stated by a text (as a fact of it, or inside its words)."""
+    if fact in text_facts:
+        return True
+    return f" {fact} " in f" {text_norm} "
+
+
+def asks_to_forget(text: str) -> bool:
+    return _FORGET.search(text) is not None
+
+
+def asks_to_change(text: str) -> bool:
+    return _CHANGE.search(text) is not None or asks_to_forget(text)
+
+
+def is_correction(text: str) -> bool:
+    return _CHANGE.search(text) is not None
+
+
+def correction_old_values(text: str) -> frozenset[str]:
+    """The values a correction says are no longer true ("moved from Paris", "not 30",
+    "instead of tea"), normalised."""
+    return frozenset(normalise(m.group(1)) for m in _OLD_VALUE.finditer(text) if normalise(m.group(1)))
+
+
+def near_equal(a: str, b: str, threshold: float = 0.9) -> bool:
+    """Equal after normalisation, or word sets with Jaccard similarity at least ``threshold``."""
+    na, nb = normalise(a), normalise(b)
+    if na == nb:
+        return True
+    wa, wb = set(na.split()), set(nb.split())
+    if not wa or not wb:
+        return False
+    return len(wa & wb) / len(wa | wb) >= threshold

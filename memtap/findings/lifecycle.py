@@ -1,0 +1,400 @@
+"""Lifecycle detectors: what writes, updates and deletes did to the facts a namespace holds.
+
+Each rule is deterministic (facts come from ``facts.py``). Where a rule needs to know whether a
+user asked for a change and the trace holds no user turn of that session (MCP traffic carries
+none; the chat proxy's does), it says so with an ``info`` finding marked ``judged: false``
+instead of guessing, once per namespace and session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from memtap.findings.facts import (
+    asks_to_change,
+    correction_old_values,
+    facts,
+    is_correction,
+    near_equal,
+    normalise,
+)
+from memtap.findings.model import Finding, Severity, finding_for
+from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
+from memtap.trace.models import EffectKind, Op, Role, TraceEvent
+
+__all__ = [
+    "DestructiveUpdate",
+    "Duplicate",
+    "Erasure",
+    "LostOnFailure",
+    "ReaddDeletes",
+    "StaleCoexistence",
+    "UntrustedOverwrite",
+]
+
+_DUPLICATE_SCAN_LIMIT = 500  # live items of a similar size compared per write, newest first
+
+
+def touched(event: TraceEvent) -> set[tuple[str, str]]:
+    return {(event.backend, e.item_id) for e in event.effects if e.kind != EffectKind.RETRIEVE}
+
+
+def written_texts(event: TraceEvent) -> list[str]:
+    """What an event wrote: its add and update effects' content after."""
+    return [
+        e.content_after
+        for e in event.effects
+        if e.kind in (EffectKind.ADD, EffectKind.UPDATE) and e.content_after
+    ]
+
+
+def surviving(
+    state: TraceState, namespace: str, fact: str, event: TraceEvent, skip: set[tuple[str, str]]
+) -> bool:
+    """Whether ``fact`` is still stated after ``event``: by a live item it did not touch, or by
+    what it wrote."""
+    padded = f" {fact} "
+    for text in written_texts(event):
+        if fact in facts(text) or padded in f" {normalise(text)} ":
+            return True
+    for item in state.live_items(namespace):
+        if (item.backend, item.item_id) in skip:
+            continue
+        if fact in item.facts or padded in item.normalised:
+            return True
+    return False
+
+
+def argument_strings(value: object) -> set[str]:
+    """Every string in a call's arguments (ids, contents, names), recursively."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return set().union(*(argument_strings(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(argument_strings(v) for v in value)) if value else set()
+    return set()
+
+
+def requested_removals(event: TraceEvent) -> set[str]:
+    """The item ids of the removals (deletes, updates) the call asked for. When the arguments name
+    some removed item (by id or exact content), only the named ones were asked for; when they name
+    none (an entity name, a filter), every removal of a delete or update call counts as asked for."""
+    strings = argument_strings(event.arguments)
+    removals = [e for e in event.effects if e.kind in (EffectKind.DELETE, EffectKind.UPDATE)]
+    named = {e.item_id for e in removals if e.item_id in strings or (e.content_before or "\0") in strings}
+    if named:
+        return named
+    out = set()
+    for eff in removals:
+        if (eff.kind == EffectKind.DELETE and event.op == Op.DELETE) or (
+            eff.kind == EffectKind.UPDATE and event.op == Op.UPDATE
+        ):
+            out.add(eff.item_id)
+    return out
+
+
+class Erasure:
+    """A delete, an update or a backend-side removal that removes facts no live item of the
+    namespace still states, with no user turn of the session asking to forget or change them."""
+
+    name = "erasure"
+    severity = Severity.HIGH
+    rule = (
+        "a removal (delete effect, or an update's old content) whose facts survive in no live item of the "
+        "namespace, and no user turn of the session asks to forget or change anything"
+    )
+
+    def __init__(self) -> None:
+        self._undetermined: set[tuple[str, str | None]] = set()
+
+    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        skip = touched(event)
+        asked = requested_removals(event)
+        for eff in event.effects:
+            if eff.kind not in (EffectKind.DELETE, EffectKind.UPDATE):
+                continue
+            namespace = effect_namespace(event, eff)
+            before = eff.content_before
+            if before is None:
+                old = state.item(event.backend, eff.item_id)
+                before = old.content if old is not None else ""
+            lost = sorted(f for f in facts(before) if not surviving(state, namespace, f, event, skip))
+            if not lost:
+                continue
+            requested = eff.item_id in asked
+            turns = state.user_turns(namespace, event.context.session)
+            asking = [t for t in turns if asks_to_change(t)]
+            evidence = {
+                "removed": eff.kind.value,
+                "content_before": before,
+                "content_after": eff.content_after,
+                "lost_facts": lost,
+                "requested_by_call": requested,
+                "user_turns_known": len(turns),
+            }
+            if asking:
+                continue  # a turn of this session asked for a change: not flagged
+            if turns or not requested:
+                why = (
+                    "no user turn of the session asked to forget or change it"
+                    if turns
+                    else ("the call did not ask to remove this item (a backend-side removal)")
+                )
+                yield finding_for(
+                    self,
+                    event,
+                    f"{eff.item_id}: {', '.join(lost)} erased; {why}",
+                    item_ids=[eff.item_id],
+                    evidence=evidence,
+                    namespace=namespace,
+                )
+                continue
+            key = (namespace, event.context.session)
+            if key in self._undetermined:
+                continue
+            self._undetermined.add(key)
+            yield finding_for(
+                self,
+                event,
+                f"{eff.item_id}: removal of {', '.join(lost)} not judged: "
+                "no user turn of this session is in the trace",
+                item_ids=[eff.item_id],
+                severity=Severity.INFO,
+                namespace=namespace,
+                evidence={**evidence, "judged": False, "reason": "no user turn of the session is recorded"},
+            )
+
+
+class DestructiveUpdate:
+    """An update whose new content drops facts of the old content without restating or replacing them."""
+
+    name = "destructive_update"
+    severity = Severity.MEDIUM
+    rule = "an update effect drops more facts of the old content than the new content introduces"
+
+    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        for eff in event.effects:
+            if eff.kind != EffectKind.UPDATE or eff.content_before is None or eff.content_after is None:
+                continue
+            after_norm = f" {normalise(eff.content_after)} "
+            after_facts = facts(eff.content_after)
+            before_facts = facts(eff.content_before)
+            dropped = sorted(f for f in before_facts if f not in after_facts and f" {f} " not in after_norm)
+            new = sorted(f for f in after_facts if f not in before_facts)
+            if len(dropped) > len(new):
+                yield finding_for(
+                    self,
+                    event,
+                    f"{eff.item_id}: update dropped {', '.join(dropped)}",
+                    item_ids=[eff.item_id],
+                    namespace=effect_namespace(event, eff),
+                    evidence={
+                        "content_before": eff.content_before,
+                        "content_after": eff.content_after,
+                        "dropped_facts": dropped,
+                        "new_facts": new,
+                    },
+                )
+
+
+class StaleCoexistence:
+    """After a write that corrects a value, the old value is still live beside the new one."""
+
+    name = "stale_coexistence"
+    severity = Severity.MEDIUM
+    rule = (
+        "a write whose content (or the session's last user turn) is a correction naming an old value "
+        "('from X', 'no longer X', 'instead of X', 'not X'), while another live item still states X"
+    )
+
+    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        if event.status != "ok":
+            return
+        skip = touched(event)
+        for eff in event.effects:
+            if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
+                continue
+            namespace = effect_namespace(event, eff)
+            turns = state.user_turns(namespace, event.context.session)
+            sources = [eff.content_after, *turns[-1:]]
+            old_values: set[str] = set()
+            for text in sources:
+                if is_correction(text):
+                    old_values |= correction_old_values(text)
+            old_values = {v for v in old_values if v not in _STOPLIKE}
+            if not old_values:
+                continue
+            for item in state.live_items(namespace):
+                if (item.backend, item.item_id) in skip:
+                    continue
+                stale = sorted(
+                    v for v in old_values if v in item.facts or f" {v} " in f" {normalise(item.content)} "
+                )
+                if stale and is_correction(item.content) is False:
+                    yield finding_for(
+                        self,
+                        event,
+                        f"{item.item_id} still states {', '.join(stale)} after {eff.item_id} corrected it",
+                        item_ids=[item.item_id, eff.item_id],
+                        event_ids=[event.id, item.event_id],
+                        namespace=namespace,
+                        evidence={
+                            "old_values": stale,
+                            "stale_content": item.content,
+                            "correction": eff.content_after,
+                        },
+                    )
+
+
+_STOPLIKE = frozenset({"a", "an", "the", "it", "that", "this", "be", "so", "sure", "really", "very"})
+
+
+class ReaddDeletes:
+    """A write of content equal or near-equal to a live item that ends with that item deleted."""
+
+    name = "readd_deletes"
+    severity = Severity.HIGH
+    rule = "a write-op call deletes an item whose content near-equals what the call writes"
+
+    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        if event.op not in (Op.WRITE, Op.UPDATE):
+            return
+        wanted = sorted(t for t in argument_strings(event.arguments) if len(t) >= 3) + written_texts(event)
+        if not wanted:
+            return
+        for eff in event.effects:
+            if eff.kind != EffectKind.DELETE:
+                continue
+            before = eff.content_before or ""
+            if not any(near_equal(before, text) for text in wanted):
+                continue
+            survives = any(near_equal(before, t) for t in written_texts(event)) or any(
+                near_equal(before, item.content)
+                for item in state.live_items(effect_namespace(event, eff))
+                if item.item_id != eff.item_id
+            )
+            yield finding_for(
+                self,
+                event,
+                f"re-adding {before!r} deleted {eff.item_id}"
+                + ("" if survives else "; no live item holds it any more"),
+                item_ids=[eff.item_id],
+                namespace=effect_namespace(event, eff),
+                severity=Severity.MEDIUM if survives else Severity.HIGH,
+                evidence={"deleted_content": before, "written": wanted, "content_survives": survives},
+            )
+
+
+class LostOnFailure:
+    """A removal followed, in the same turn (or the same call), by a write that failed."""
+
+    name = "lost_on_failure"
+    severity = Severity.HIGH
+    rule = (
+        "a write or update that failed, after a removal in the same session and turn (or inside the same "
+        "call), when the removed facts survive in no live item"
+    )
+
+    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        if event.status == "ok" or event.op not in (Op.WRITE, Op.UPDATE):
+            return
+        ctx = event.context
+        pending = list(state.removals.get((event.backend, ctx.namespace, ctx.session, ctx.turn), []))
+        for eff in event.effects:
+            if eff.kind == EffectKind.DELETE:
+                pending.append(
+                    Removal(event.id, eff.item_id, effect_namespace(event, eff), eff.content_before or "")
+                )
+        skip = touched(event)
+        for removal in pending:
+            lost = sorted(
+                f for f in facts(removal.content) if not surviving(state, removal.namespace, f, event, skip)
+            )
+            if not lost and removal.content:
+                continue
+            yield finding_for(
+                self,
+                event,
+                f"{removal.item_id} was removed and the write that should replace it failed: {event.error}",
+                item_ids=[removal.item_id],
+                event_ids=sorted({removal.event_id, event.id}),
+                namespace=removal.namespace,
+                evidence={"removed_content": removal.content, "lost_facts": lost, "error": event.error},
+            )
+
+
+class Duplicate:
+    """Near-duplicate live items in one namespace."""
+
+    name = "duplicate"
+    severity = Severity.LOW
+    rule = (
+        "an add or update leaves two live items of one namespace whose content is near-equal (Jaccard >= 0.9)"
+    )
+
+    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        skip = touched(event)
+        for eff in event.effects:
+            if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
+                continue
+            namespace = effect_namespace(event, eff)
+            norm = normalise(eff.content_after)
+            mine = frozenset(norm.split())
+            if not mine:
+                continue
+            # Jaccard >= 0.9 needs word sets within 10% of each other's size: only those are compared.
+            low, high = len(mine) * 0.9, len(mine) / 0.9
+            for n, item in enumerate(state.similar_size(namespace, low, high)):
+                if n >= _DUPLICATE_SCAN_LIMIT:
+                    break
+                theirs = item.words
+                if (item.backend, item.item_id) in skip:
+                    continue
+                if item.normalised.strip() == norm or len(mine & theirs) >= 0.9 * len(mine | theirs):
+                    yield finding_for(
+                        self,
+                        event,
+                        f"{eff.item_id} duplicates live item {item.item_id}",
+                        item_ids=[eff.item_id, item.item_id],
+                        event_ids=[event.id, item.event_id],
+                        namespace=namespace,
+                        evidence={"content": eff.content_after, "duplicate_of": item.content},
+                    )
+                    break
+
+
+class UntrustedOverwrite:
+    """A write from a third-party or tool source that updated or removed what a user stated."""
+
+    name = "untrusted_overwrite"
+    severity = Severity.HIGH
+    rule = (
+        "an update or delete effect by a call whose role is third_party or tool, "
+        "on an item a user-role call wrote"
+    )
+
+    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        role = event.context.role
+        if role not in (Role.THIRD_PARTY, Role.TOOL):
+            return
+        for eff in event.effects:
+            if eff.kind not in (EffectKind.UPDATE, EffectKind.DELETE):
+                continue
+            item: LiveItem | None = state.item(event.backend, eff.item_id)
+            if item is None or item.role != Role.USER.value:
+                continue
+            yield finding_for(
+                self,
+                event,
+                f"a {role.value} source {eff.kind.value}d {eff.item_id}, which a user stated",
+                item_ids=[eff.item_id],
+                event_ids=[event.id, item.event_id],
+                namespace=effect_namespace(event, eff),
+                evidence={
+                    "source_role": role.value,
+                    "user_content": item.content,
+                    "content_after": eff.content_after,
+                    "effect": eff.kind.value,
+                },
+            )

@@ -1,0 +1,123 @@
+"""What a finding is, how severe it can be, and the interface every detector implements."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+from memtap.errors import ConfigError
+
+if TYPE_CHECKING:
+    from memtap.findings.state import TraceState
+    from memtap.trace.models import TraceEvent
+
+__all__ = ["DETECTOR_VERSION", "Detector", "Finding", "Severity"]
+
+# Bumped whenever a rule changes what it reports; stored with every finding so a finding can be
+# traced back to the rule that made it.
+DETECTOR_VERSION = "1"
+
+
+class Severity(IntEnum):
+    """Ordered: ``--fail-on high`` fails on high and critical findings."""
+
+    INFO = 0
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+    CRITICAL = 4
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            names = ", ".join(s.name.lower() for s in cls)
+            raise ConfigError(f"unknown severity {text!r}; use one of: {names}") from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass
+class Finding:
+    """One flagged behaviour: which rule, how severe, where, and the evidence for it."""
+
+    kind: str
+    severity: Severity
+    summary: str
+    event_id: str
+    namespace: str | None = None
+    run: str | None = None
+    episode: str | None = None
+    session: str | None = None
+    turn: str | None = None
+    event_ids: list[str] = field(default_factory=list)
+    item_ids: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    detector_version: str = DETECTOR_VERSION
+    id: str | None = None
+    created_at: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "severity": self.severity.label,
+            "summary": self.summary,
+            "event_id": self.event_id,
+            "namespace": self.namespace,
+            "run": self.run,
+            "episode": self.episode,
+            "session": self.session,
+            "turn": self.turn,
+            "event_ids": self.event_ids,
+            "item_ids": self.item_ids,
+            "evidence": self.evidence,
+            "detector_version": self.detector_version,
+            "created_at": self.created_at,
+        }
+
+
+class Detector(Protocol):
+    """A small documented rule. ``observe`` sees each event in trace order, with the state of the
+    trace *before* the event (``state``); it returns the findings the event causes. Detectors
+    never write: the engine applies the event to the state after every detector has seen it."""
+
+    name: str
+    severity: Severity
+    rule: str
+
+    def observe(self, event: TraceEvent, state: TraceState) -> Iterable[Finding]: ...
+
+
+def finding_for(
+    detector: Detector,
+    event: TraceEvent,
+    summary: str,
+    *,
+    item_ids: list[str] | None = None,
+    event_ids: list[str] | None = None,
+    evidence: dict[str, Any] | None = None,
+    severity: Severity | None = None,
+    namespace: str | None = None,
+) -> Finding:
+    """A finding located at ``event`` (its context fills namespace, run, episode, session, turn)."""
+    ctx = event.context
+    return Finding(
+        kind=detector.name,
+        severity=detector.severity if severity is None else severity,
+        summary=summary,
+        event_id=event.id,
+        namespace=namespace or ctx.namespace,
+        run=ctx.run,
+        episode=ctx.episode,
+        session=ctx.session,
+        turn=ctx.turn,
+        event_ids=event_ids if event_ids is not None else [event.id],
+        item_ids=item_ids or [],
+        evidence=evidence or {},
+    )

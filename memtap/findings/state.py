@@ -1,0 +1,189 @@
+"""What the detectors know of a trace so far: the live items of each namespace, who wrote them,
+the user turns of each session, and the removals a failed write may have orphaned.
+
+The state is built from events alone (their effects and chat messages), in trace order, so the
+live detectors and ``memtap check`` see exactly the same thing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from memtap.findings.facts import facts, normalise
+from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Op, TraceEvent
+
+__all__ = ["LiveItem", "Removal", "TraceState", "effect_namespace", "last_user_text"]
+
+_TURNS_KEPT = 200  # user turns remembered per session
+
+
+@dataclass
+class LiveItem:
+    backend: str
+    item_id: str
+    namespace: str
+    content: str
+    tags: AccessTags | None
+    role: str | None
+    principal: str | None
+    session: str | None
+    turn: str | None
+    event_id: str
+    live: bool = True
+
+    @cached_property
+    def facts(self) -> frozenset[str]:
+        return facts(self.content)
+
+    @cached_property
+    def normalised(self) -> str:
+        """The content normalised and padded with spaces, for whole-phrase lookups."""
+        return f" {normalise(self.content)} "
+
+    @cached_property
+    def words(self) -> frozenset[str]:
+        return frozenset(self.normalised.split())
+
+
+@dataclass
+class Removal:
+    event_id: str
+    item_id: str
+    namespace: str
+    content: str
+
+
+@dataclass
+class TraceState:
+    items: dict[tuple[str, str], LiveItem] = field(default_factory=dict)
+    live: dict[str, dict[tuple[str, str], LiveItem]] = field(default_factory=dict)
+    live_facts: dict[str, Counter[str]] = field(default_factory=dict)
+    # Live items by namespace and by the size of their word set: near-duplicate candidates.
+    by_size: dict[str, dict[int, dict[tuple[str, str], LiveItem]]] = field(default_factory=dict)
+    turns: dict[tuple[str, str | None], deque[str]] = field(default_factory=dict)
+    removals: dict[tuple[str, str, str | None, str | None], list[Removal]] = field(default_factory=dict)
+    events_seen: int = 0
+
+    # -- queries --------------------------------------------------------------------
+
+    def live_items(self, namespace: str) -> Iterator[LiveItem]:
+        return iter(self.live.get(namespace, {}).values())
+
+    def item(self, backend: str, item_id: str) -> LiveItem | None:
+        return self.items.get((backend, item_id))
+
+    def fact_survives(self, namespace: str, fact: str, *, besides: tuple[str, ...] = ()) -> bool:
+        """Whether a live item of ``namespace`` (or one of the texts ``besides``) still states ``fact``."""
+        if self.live_facts.get(namespace, Counter())[fact] > 0:
+            return True
+        padded = f" {fact} "
+        for text in besides:
+            if fact in facts(text) or padded in f" {normalise(text)} ":
+                return True
+        return any(padded in item.normalised for item in self.live_items(namespace))
+
+    def user_turns(self, namespace: str, session: str | None) -> list[str]:
+        return list(self.turns.get((namespace, session), ()))
+
+    # -- applying an event ----------------------------------------------------------
+
+    def apply(self, event: TraceEvent) -> None:
+        self.events_seen += 1
+        ctx = event.context
+        if event.op == Op.CHAT:
+            text = last_user_text(event.arguments)
+            if text:
+                self.turns.setdefault((ctx.namespace, ctx.session), deque(maxlen=_TURNS_KEPT)).append(text)
+        for eff in event.effects:
+            key = (event.backend, eff.item_id)
+            namespace = effect_namespace(event, eff)
+            if eff.kind == EffectKind.DELETE:
+                item = self.items.get(key)
+                if item is not None and item.live:
+                    self._unlive(item)
+                self.removals.setdefault(self._turn_key(event), []).append(
+                    Removal(
+                        event.id, eff.item_id, namespace, eff.content_before or (item.content if item else "")
+                    )
+                )
+            elif eff.kind in (EffectKind.ADD, EffectKind.UPDATE):
+                old = self.items.get(key)
+                if old is not None and old.live:
+                    self._unlive(old)
+                if eff.kind == EffectKind.UPDATE and eff.content_before is not None and old is None:
+                    self.removals.setdefault(self._turn_key(event), []).append(
+                        Removal(event.id, eff.item_id, namespace, eff.content_before)
+                    )
+                creator_role = old.role if old is not None and eff.kind == EffectKind.UPDATE else None
+                item = LiveItem(
+                    backend=event.backend,
+                    item_id=eff.item_id,
+                    namespace=namespace,
+                    content=eff.content_after or "",
+                    tags=eff.tags_after or (old.tags if old is not None else None),
+                    role=creator_role or (str(ctx.role) if ctx.role is not None else None),
+                    principal=ctx.principal,
+                    session=ctx.session,
+                    turn=ctx.turn,
+                    event_id=event.id,
+                )
+                self.items[key] = item
+                self.live.setdefault(namespace, {})[key] = item
+                self.live_facts.setdefault(namespace, Counter()).update(item.facts)
+                self.by_size.setdefault(namespace, {}).setdefault(len(item.words), {})[key] = item
+        if (
+            event.status == "ok"
+            and event.op in (Op.WRITE, Op.UPDATE)
+            and any(e.kind in (EffectKind.ADD, EffectKind.UPDATE) for e in event.effects)
+        ):
+            self.removals.pop(self._turn_key(event), None)  # the turn's write landed
+
+    def _unlive(self, item: LiveItem) -> None:
+        item.live = False
+        self.live.get(item.namespace, {}).pop((item.backend, item.item_id), None)
+        counter = self.live_facts.get(item.namespace)
+        if counter is not None:
+            counter.subtract(item.facts)
+        sized = self.by_size.get(item.namespace, {}).get(len(item.words))
+        if sized is not None:
+            sized.pop((item.backend, item.item_id), None)
+
+    def similar_size(self, namespace: str, low: float, high: float) -> Iterator[LiveItem]:
+        """Live items of ``namespace`` whose word set has between ``low`` and ``high`` words."""
+        sizes = self.by_size.get(namespace, {})
+        for size in range(max(0, int(low)), int(high) + 1):
+            bucket = sizes.get(size)
+            if bucket:
+                yield from reversed(bucket.values())
+
+    @staticmethod
+    def _turn_key(event: TraceEvent) -> tuple[str, str, str | None, str | None]:
+        ctx = event.context
+        return (event.backend, ctx.namespace, ctx.session, ctx.turn)
+
+
+def effect_namespace(event: TraceEvent, eff: MemoryEffect) -> str:
+    return eff.namespace or event.context.namespace
+
+
+def last_user_text(arguments: Mapping[str, Any]) -> str | None:
+    """The text of the last user message of a chat request's ``messages``, if any."""
+    messages = arguments.get("messages")
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(
+                    str(p.get("text", ""))
+                    for p in content
+                    if isinstance(p, Mapping) and p.get("type") == "text"
+                )
+    return None

@@ -1,0 +1,127 @@
+"""Lifecycle detectors on live traffic through `memtap proxy` over a deliberately faulty memory
+server (tests/upstreams/faulty_memory.py), and the same script over its correct mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import http_client, meta
+from findings_helpers import faulty_server, serve_proxy, settled_findings
+
+from memtap.adapters.memory_server import observation_id
+from memtap.findings.model import Severity
+
+pytestmark = pytest.mark.anyio
+
+TEA, OSLO = observation_id("alice", "likes tea"), observation_id("alice", "lives in Oslo")
+ALICE = {
+    "entities": [{"name": "alice", "entityType": "person", "observations": ["likes tea", "lives in Oslo"]}]
+}
+
+
+def _add(*texts: str) -> dict[str, Any]:
+    return {"observations": [{"entityName": "alice", "contents": list(texts)}]}
+
+
+def _delete(*texts: str) -> dict[str, Any]:
+    return {"deletions": [{"entityName": "alice", "observations": list(texts)}]}
+
+
+async def _play(db: Path, fault: str, script: list[tuple[str, str, dict[str, Any]]]) -> Any:
+    served = serve_proxy(db, {"memory": faulty_server(fault)})
+    try:
+        async with http_client(
+            f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}
+        ) as client:
+            for turn, tool, arguments in script:
+                await client.call_tool(tool, arguments, meta=meta(session="s1", turn=turn, role="user"))
+        return settled_findings(served)
+    finally:
+        served.stop()
+
+
+def _flagged(found: list[Any]) -> list[tuple[str, str, list[str]]]:
+    return sorted((f.kind, f.severity.label, f.item_ids) for f in found if f.severity > Severity.INFO)
+
+
+OVERWRITE_SCRIPT = [("t1", "create_entities", ALICE), ("t2", "add_observations", _add("works at Acme"))]
+
+
+async def test_a_backend_that_overwrites_on_every_new_value_is_flagged_for_erasure(db_path: Path) -> None:
+    found = await _play(db_path, "overwrite", OVERWRITE_SCRIPT)
+    assert _flagged(found) == [("erasure", "high", [TEA]), ("erasure", "high", [OSLO])]
+    oslo = next(f for f in found if f.item_ids == [OSLO])
+    assert oslo.evidence == {
+        "removed": "delete",
+        "content_before": "lives in Oslo",
+        "content_after": None,
+        "lost_facts": ["oslo"],
+        "requested_by_call": False,
+        "user_turns_known": 0,
+    }
+    assert (oslo.namespace, oslo.session, oslo.turn) == ("alice", "s1", "t2")
+
+
+async def test_the_correct_backend_adding_a_value_has_no_findings(db_path: Path) -> None:
+    assert await _play(db_path, "", OVERWRITE_SCRIPT) == []
+
+
+DELETE_SCRIPT = [("t1", "create_entities", ALICE), ("t2", "delete_observations", _delete("lives in Oslo"))]
+
+
+async def test_a_backend_that_deletes_more_than_asked_is_flagged_and_the_asked_delete_is_not_judged(
+    db_path: Path,
+) -> None:
+    found = await _play(db_path, "wrong_delete", DELETE_SCRIPT)
+    assert _flagged(found) == [("erasure", "high", [TEA])]
+    tea = next(f for f in found if f.severity == Severity.HIGH)
+    assert tea.evidence["requested_by_call"] is False and tea.evidence["lost_facts"] == ["tea"]
+    # The delete the call asked for cannot be judged without the user's turn: said, not guessed.
+    (unjudged,) = [f for f in found if f.severity == Severity.INFO]
+    assert unjudged.item_ids == [OSLO] and unjudged.evidence["judged"] is False
+
+
+async def test_the_correct_backend_deleting_what_was_asked_raises_nothing_above_info(db_path: Path) -> None:
+    found = await _play(db_path, "", DELETE_SCRIPT)
+    assert _flagged(found) == []
+
+
+READD_SCRIPT = [("t1", "create_entities", ALICE), ("t2", "add_observations", _add("likes tea"))]
+
+
+async def test_a_backend_whose_readd_deletes_the_memory_is_flagged(db_path: Path) -> None:
+    found = await _play(db_path, "readd", READD_SCRIPT)
+    (readd,) = [f for f in found if f.kind == "readd_deletes"]
+    assert (readd.severity, readd.item_ids) == (Severity.HIGH, [TEA])
+    assert readd.evidence["deleted_content"] == "likes tea"
+    assert readd.evidence["content_survives"] is False
+
+
+async def test_the_correct_backend_ignores_a_readd_without_findings(db_path: Path) -> None:
+    assert await _play(db_path, "", READD_SCRIPT) == []
+
+
+REPLACE_SCRIPT = [
+    ("t1", "create_entities", ALICE),
+    ("t2", "delete_observations", _delete("lives in Oslo")),
+    ("t2", "add_observations", _add("lives in Bergen")),
+]
+
+
+async def test_an_update_made_of_a_delete_and_a_failing_add_is_lost_on_failure(db_path: Path) -> None:
+    found = await _play(db_path, "fail_add", REPLACE_SCRIPT)
+    (lost,) = [f for f in found if f.kind == "lost_on_failure"]
+    assert (lost.severity, lost.item_ids, lost.turn) == (Severity.HIGH, [OSLO], "t2")
+    assert lost.evidence == {
+        "removed_content": "lives in Oslo",
+        "lost_facts": ["oslo"],
+        "error": "upstream tool error: storage unavailable",
+    }
+    assert len(lost.event_ids) == 2
+
+
+async def test_the_correct_backend_replacing_a_value_loses_nothing(db_path: Path) -> None:
+    found = await _play(db_path, "", REPLACE_SCRIPT)
+    assert _flagged(found) == []

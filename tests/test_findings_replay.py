@@ -1,0 +1,46 @@
+"""The CI gate on replays: `memtap check --fail-on high` fails a faulty backend's replay of a
+generated suite and passes the builtin backend's replay of the same suite."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+from findings_helpers import FAULTY
+
+from memtap.cli.main import cli
+from memtap.probes.generators import generate
+from memtap.probes.suitefile import write_suite
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_check_fails_the_overwriting_backends_replay_and_passes_the_builtin_ones(tmp_path: Path) -> None:
+    suite = tmp_path / "suite.jsonl"
+    write_suite(generate("paradigms", seed=5, episodes=2), suite)
+    config = tmp_path / "faulty.json"
+    server = {"command": sys.executable, "args": [str(FAULTY)], "env": {"FAULT": "overwrite"},
+              "memtap": {"profile": "server-memory"}}  # fmt: skip
+    config.write_text(json.dumps({"mcpServers": {"memory": server}}))
+    builtin_db, faulty_db = tmp_path / "builtin.db", tmp_path / "faulty.db"
+    assert (
+        _cli("replay", str(suite), "--target", "builtin", "--reader", "none", "--db", str(builtin_db))[0] == 0
+    )
+    target = f"mcp:{config}:memory"
+    assert _cli("replay", str(suite), "--target", target, "--reader", "none", "--db", str(faulty_db))[0] == 0
+
+    code, out, _ = _cli("check", "--db", str(faulty_db), "--fail-on", "high", "--json")
+    assert code == 1
+    flagged = [json.loads(line) for line in out.splitlines()]
+    erased = [f for f in flagged if f["kind"] == "erasure" and f["severity"] == "high"]
+    assert erased and all(f["evidence"]["requested_by_call"] is False for f in erased)
+    assert all(f["evidence"]["removed"] == "delete" and f["evidence"]["lost_facts"] for f in erased)
+
+    code, out, _ = _cli("check", "--db", str(builtin_db), "--fail-on", "high", "--json")
+    assert code == 0, out
+    assert all(json.loads(line)["severity"] in ("info", "low", "medium") for line in out.splitlines())

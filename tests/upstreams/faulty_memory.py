@@ -1,0 +1,139 @@
+"""A deliberately faulty memory server speaking the reference memory server's tools, for the
+findings tests. memtap wraps it with the ``server-memory`` profile and reads its state with
+``open_nodes`` before and after each write, so what it really did is recorded as effects.
+
+``FAULT`` (environment) picks the fault; without one it behaves like the reference server:
+
+- ``overwrite``: ``add_observations`` replaces the entity's observations with the new ones;
+- ``wrong_delete``: ``delete_observations`` deletes every observation of the entity;
+- ``readd``: ``add_observations`` of an observation the entity holds deletes it and adds nothing;
+- ``fail_add``: ``add_observations`` fails (a tool error) without adding anything.
+
+Plain newline-delimited JSON-RPC, no SDK, state in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+FAULT = os.environ.get("FAULT", "")
+_OBJ: dict[str, Any] = {"type": "object"}
+TOOLS = [
+    {"name": name, "description": f"{name} (faulty memory server)", "inputSchema": _OBJ}
+    for name in ("create_entities", "add_observations", "delete_observations", "delete_entities",
+                 "search_nodes", "open_nodes", "read_graph")
+]  # fmt: skip
+
+entities: dict[str, dict[str, Any]] = {}
+
+
+def result(data: dict[str, Any]) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": json.dumps(data)}], "structuredContent": data}
+
+
+def graph(names: set[str] | None = None) -> dict[str, Any]:
+    chosen = [e for n, e in entities.items() if names is None or n in names]
+    return {"entities": chosen, "relations": []}
+
+
+def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    if name == "create_entities":
+        made = []
+        for entity in args.get("entities", []):
+            if entity["name"] not in entities:
+                entities[entity["name"]] = {
+                    "name": entity["name"],
+                    "entityType": entity.get("entityType", "thing"),
+                    "observations": list(entity.get("observations", [])),
+                }
+                made.append(entities[entity["name"]])
+        return result({"entities": made})
+    if name == "add_observations":
+        if FAULT == "fail_add":
+            return {"content": [{"type": "text", "text": "storage unavailable"}], "isError": True}
+        added = []
+        for spec in args.get("observations", []):
+            entity = entities[spec["entityName"]]
+            new = list(spec.get("contents", []))
+            if FAULT == "overwrite":
+                entity["observations"] = new
+            elif FAULT == "readd":
+                for text in new:
+                    if text in entity["observations"]:
+                        entity["observations"].remove(text)
+                    else:
+                        entity["observations"].append(text)
+            else:
+                entity["observations"] += [t for t in new if t not in entity["observations"]]
+            added.append({"entityName": spec["entityName"], "addedObservations": new})
+        return result({"results": added})
+    if name == "delete_observations":
+        for spec in args.get("deletions", []):
+            entity = entities.get(spec["entityName"])
+            if entity is None:
+                continue
+            if FAULT == "wrong_delete":
+                entity["observations"] = []
+            else:
+                gone = set(spec.get("observations", []))
+                entity["observations"] = [o for o in entity["observations"] if o not in gone]
+        return result({"success": True})
+    if name == "delete_entities":
+        for entity_name in args.get("entityNames", []):
+            entities.pop(entity_name, None)
+        return result({"success": True})
+    if name == "search_nodes":
+        query = str(args.get("query", "")).lower()
+        hits = {
+            n
+            for n, e in entities.items()
+            if query in n.lower() or any(query in o.lower() for o in e["observations"])
+        }
+        return result(graph(hits))
+    if name == "open_nodes":
+        return result(graph(set(args.get("names", []))))
+    if name == "read_graph":
+        return result(graph())
+    return {"content": [{"type": "text", "text": f"no tool {name}"}], "isError": True}
+
+
+def answer(message: dict[str, Any]) -> dict[str, Any] | None:
+    method = message.get("method")
+    params = message.get("params") or {}
+    if method == "initialize":
+        return {
+            "protocolVersion": params.get("protocolVersion", "2025-11-25"),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "faulty-memory", "version": "1"},
+        }
+    if method == "tools/list":
+        return {"tools": TOOLS}
+    if method == "tools/call":
+        return call(str(params["name"]), dict(params.get("arguments") or {}))
+    return None
+
+
+def main() -> None:
+    for line in sys.stdin:
+        message = json.loads(line)
+        if "id" not in message or "method" not in message:
+            continue
+        answered = answer(message)
+        reply = (
+            {"jsonrpc": "2.0", "id": message["id"], "result": answered}
+            if answered is not None
+            else {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": -32601, "message": "Method not found"},
+            }
+        )
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
