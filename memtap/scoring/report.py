@@ -147,7 +147,16 @@ def _detector_parts(det: dict[str, Any], markdown: bool) -> list[str]:
     if not det.get("measured"):
         return [head, f"not measured: {det.get('reason')}"]
     rows = [
-        [kind, _num(d["precision"]), _num(d["recall"]), str(d["tp"]), str(d["fp"]), str(d["fn"]), str(d["tn"]), d["gold"]]
+        [
+            kind,
+            _num(d["precision"]),
+            _num(d["recall"]),
+            str(d["tp"]),
+            str(d["fp"]),
+            str(d["fn"]),
+            str(d["tn"]),
+            d["gold"],
+        ]
         for kind, d in det["detectors"].items()
     ]
     return [head, _table(["detector", "precision", "recall", "tp", "fp", "fn", "tn", "gold"], rows, markdown)]

@@ -144,7 +144,9 @@ def score_trace(
     alignments: list[tuple[str, dict[str, Any]]] = []
     views: list[StorageView] = []
     for trace in run.episodes:
-        counts, probes, sessions, rows, view = _episode(trace, matcher, choice.scorer, answered, wrong, unscored)
+        counts, probes, sessions, rows, view = _episode(
+            trace, matcher, choice.scorer, answered, wrong, unscored
+        )
         per_episode.append(counts)
         views.append(view)
         detail.append({"episode": trace.episode.episode_id, "sessions": sessions, "probes": probes})
