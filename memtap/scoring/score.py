@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from memtap import __version__
+from memtap.findings.model import Finding
 from memtap.probes.schema import Probe
 from memtap.scoring.align import Aligner, DefaultMatcher, Matcher, describe_rows
 from memtap.scoring.answer import Verdict
-from memtap.findings.model import Finding
 from memtap.scoring.canary import canary_report, canary_warnings
 from memtap.scoring.detectors import detector_report, run_findings
 from memtap.scoring.measures import HEADLINE, baseline_measures, breakdown_measures
