@@ -17,7 +17,9 @@ the storage and retrieval counts the scorer already computes:
 - ``leak_injection``: an answer leak (``permission.deny_leaked``), only on runs with answers.
 
 Per detector: tp, fp, fn, tn (episodes), precision = tp / (tp + fp), recall = tp / (tp + fn)
-(None when the denominator is 0). See ``docs/scoring.md`` for the limits of this mapping.
+(None when the denominator is 0). A finding that says it could not judge (``judged: false``,
+e.g. no user turn in the trace) is no prediction; it is counted as ``undetermined``.
+See ``docs/scoring.md`` for the limits of this mapping.
 """
 
 from __future__ import annotations
@@ -106,8 +108,11 @@ def detector_report(
     if isinstance(findings, str):
         return {"unit": "episode", "measured": False, "reason": findings, "detectors": {}}
     by_ns: dict[str, set[str]] = {}
+    undetermined: dict[str, int] = {}
     for finding in findings:
-        if finding.namespace is not None:
+        if finding.evidence.get("judged") is False:  # "could not judge" is no verdict either way
+            undetermined[finding.kind] = undetermined.get(finding.kind, 0) + 1
+        elif finding.namespace is not None:
             by_ns.setdefault(finding.namespace, set()).add(finding.kind)
     out: dict[str, Any] = {}
     for kind, (gold, label) in GOLD.items():
@@ -129,5 +134,6 @@ def detector_report(
             "tn": tn,
             "precision": _ratio(tp, tp + fp),
             "recall": _ratio(tp, tp + fn),
+            "undetermined": undetermined.get(kind, 0),
         }
     return {"unit": "episode", "measured": True, "findings": len(findings), "detectors": out}
