@@ -42,7 +42,7 @@ from memtap.adapters.pool import UpstreamPool
 from memtap.adapters.upstream import State, Upstream
 from memtap.auth import CALLER_SCOPE_KEY, Caller, Policy, best_context, local_caller, resolve_context
 from memtap.auth.grants import right_for
-from memtap.auth.resolve import Clock
+from memtap.auth.resolve import META_KEY, Clock
 from memtap.errors import (
     AccessDenied,
     InvalidArguments,
@@ -53,7 +53,6 @@ from memtap.errors import (
     UpstreamProtocolError,
     UpstreamRPCError,
 )
-from memtap.proxy.context import META_KEY
 from memtap.proxy.guard import RECORDED_SCOPE_KEY, mark_recorded
 from memtap.proxy.mcp_server import caller as mcp_caller
 from memtap.proxy.mcp_server import client_name, new_server
