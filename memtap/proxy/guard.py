@@ -168,7 +168,7 @@ class RequestGuard:
     def _caller(self, scope: Scope) -> Caller | None:
         """The request's caller (the gate's, else authenticated here); ``None``: no valid key.
         A principal over the field cap (an ``X-Memtap-Principal``) is recorded as the default."""
-        caller = scope.get(CALLER_SCOPE_KEY)
+        caller = scope.get(CALLER_SCOPE_KEY)  # the guard runs outside the gate: it may not have run
         if not isinstance(caller, Caller):
             caller = self.caller_of(headers_of(scope))
         if caller is not None and len(caller.principal) > current().max_field_chars:
