@@ -128,6 +128,8 @@ def load_json(raw: bytes | str, *, max_depth: int | None = None) -> Any:
 
 def unencodable(text: str) -> bool:
     """Whether ``text`` holds an unpaired surrogate (it cannot be written as UTF-8)."""
+    if text.isascii():  # constant time in CPython; most text is ASCII
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -222,11 +224,12 @@ def check_arguments(
         if value is None:
             continue
         if name in _CONTENT_FIELDS and isinstance(value, str):
-            if unencodable(value):
+            try:  # one encoding both measures the content and finds an unpaired surrogate
+                size = len(value) if value.isascii() else len(value.encode("utf-8"))
+            except UnicodeEncodeError:
                 raise InvalidArguments(
                     f"{tool}: {name}: not valid UTF-8 text (it holds an unpaired surrogate)"
-                )
-            size = len(value.encode("utf-8"))
+                ) from None
             if size > max_content_bytes:
                 raise ContentTooLarge(
                     f"{name} is {size} bytes; the limit is {max_content_bytes} bytes (--max-content-bytes)"

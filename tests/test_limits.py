@@ -46,6 +46,16 @@ def test_check_arguments_names_the_field_and_the_cap() -> None:
         check_arguments("memory_add", denied, max_content_bytes=100, limits=limits)
 
 
+def test_content_and_query_are_measured_in_utf8_bytes() -> None:
+    limits = Limits(max_field_chars=20)
+    for tool, field in (("memory_add", "content"), ("memory_search", "query")):
+        ascii_text = parse_arguments(TOOLS[tool], {field: "x" * 10})
+        check_arguments(tool, ascii_text, max_content_bytes=10, limits=limits)
+        wide = parse_arguments(TOOLS[tool], {field: "é" * 6})  # 6 characters, 12 bytes
+        with pytest.raises(ContentTooLarge, match=f"{field} is 12 bytes; the limit is 10 bytes"):
+            check_arguments(tool, wide, max_content_bytes=10, limits=limits)
+
+
 def test_bound_schema_caps_every_string_but_content_and_query() -> None:
     schema = bound_schema(TOOLS["memory_add"].args.model_json_schema(), Limits(max_field_chars=7))
     props = schema["properties"]
