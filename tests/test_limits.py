@@ -7,7 +7,15 @@ import json
 import pytest
 
 from memtap.errors import ContentTooLarge, InvalidArguments
-from memtap.limits import Limits, TooDeep, bound_schema, check_arguments, first_unencodable, load_json
+from memtap.limits import (
+    Limits,
+    TooDeep,
+    bound_schema,
+    check_arguments,
+    check_metadata,
+    first_unencodable,
+    load_json,
+)
 from memtap.proxy.tools import TOOLS, parse_arguments
 
 
@@ -54,6 +62,17 @@ def test_content_and_query_are_measured_in_utf8_bytes() -> None:
         wide = parse_arguments(TOOLS[tool], {field: "é" * 6})  # 6 characters, 12 bytes
         with pytest.raises(ContentTooLarge, match=f"{field} is 12 bytes; the limit is 10 bytes"):
             check_arguments(tool, wide, max_content_bytes=10, limits=limits)
+
+
+def test_metadata_is_measured_as_compact_utf8_json_and_must_be_json_text() -> None:
+    limits = Limits(max_metadata_bytes=27)
+    check_metadata("m", {"a": "é" * 9}, limits)  # {"a":"ééééééééé"}: 26 bytes
+    with pytest.raises(InvalidArguments, match="m: 28 bytes as JSON; the limit is 27 bytes"):
+        check_metadata("m", {"a": "é" * 10}, limits)
+    with pytest.raises(InvalidArguments, match="m: not valid UTF-8 text"):
+        check_metadata("m", {"a": ["\ud800"]}, limits)
+    with pytest.raises(InvalidArguments, match="m: not JSON"):
+        check_metadata("m", {"a": object()}, limits)
 
 
 def test_bound_schema_caps_every_string_but_content_and_query() -> None:
