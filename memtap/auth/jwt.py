@@ -24,6 +24,7 @@ import jwt
 from mcp.server.auth.provider import AccessToken
 
 from memtap.auth.caller import Caller
+from memtap.auth.gate import bearer_token
 from memtap.auth.grants import Right
 from memtap.auth.jwks import KeySource, UnknownKey
 from memtap.auth.jwt_config import JwtSettings
@@ -66,12 +67,6 @@ def looks_like_jwt(token: str) -> bool:
     unsecured ``alg: none`` token has an empty third part). API keys are told apart by this."""
     parts = token.split(".")
     return len(parts) == 3 and bool(parts[0]) and bool(parts[1])
-
-
-def _bearer_token(headers: Mapping[str, str]) -> str | None:
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
 
 
 def _short(value: object, limit: int = 120) -> str:
@@ -122,7 +117,7 @@ class JwtAuthenticator:
     def authenticate(self, headers: Mapping[str, str]) -> Caller | None:
         """The caller a bearer JWT proves; None for no bearer token or one that is not a JWT
         (an API key, for the next authenticator); InvalidToken for a JWT memtap refuses."""
-        token = _bearer_token(headers)
+        token = bearer_token(headers)
         if token is None or not looks_like_jwt(token):
             return None
         return self.verify(token)
