@@ -115,11 +115,9 @@ class Authentication:
         self,
         authenticators: Sequence[Authenticator],
         *,
-        challenge: str = "Bearer",
         on_refusal: Refusal | None = None,
     ) -> None:
         self.authenticators = tuple(authenticators)
-        self.challenge = challenge
         self.on_refusal = on_refusal
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller:
@@ -156,16 +154,16 @@ class Gate:
                 if self.authentication.on_refusal is not None:
                     await self.authentication.on_refusal(scope, send, exc)
                 else:
-                    await _refuse(send, exc, self.authentication.challenge)
+                    await _refuse(send, exc)
                 return
         await self.app(scope, receive, send)
 
 
-async def _refuse(send: Send, exc: AuthError, challenge: str) -> None:
+async def _refuse(send: Send, exc: AuthError) -> None:
     kind = "authentication_error" if exc.status == 401 else "permission_error"
     body = json.dumps({"error": {"message": str(exc), "type": kind}}).encode()
     headers = [(b"content-type", b"application/json")]
     if exc.status == 401:
-        headers.append((b"www-authenticate", challenge.encode("latin-1")))
+        headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

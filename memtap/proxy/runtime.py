@@ -62,8 +62,6 @@ class Settings:
     context_args: bool = False
     # Authenticators tried after the API keys (a JWT verifier, say).
     authenticators: list[Authenticator] = field(default_factory=list)
-    # The WWW-Authenticate value of a 401 (a JWT set-up adds its resource_metadata URL).
-    challenge: str = "Bearer"
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     # Caps on client input other than content (memtap.limits; docs/limits.md).
     limits: Limits = DEFAULT_LIMITS
@@ -96,11 +94,11 @@ class Settings:
         """The authenticators of this process: credentials when any are configured, else the
         keyless single-user mode (every caller ``local``)."""
         if not self.authenticated:
-            return Authentication([LocalAuthenticator(self.default_principal)], challenge=self.challenge)
+            return Authentication([LocalAuthenticator(self.default_principal)])
         found: list[Authenticator] = list(self.authenticators)
         if self.api_keys:
             found.insert(0, ApiKeyAuthenticator(self.api_keys, self.pinned))
-        return Authentication(found, challenge=self.challenge)
+        return Authentication(found)
 
     def check_bind(self, host: str) -> None:
         """A memory proxy is never opened to a network by accident."""
