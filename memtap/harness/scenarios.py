@@ -14,7 +14,7 @@ import anyio
 
 from memtap.harness.checks import check_items, check_ledger, state_differences
 from memtap.harness.load import Ack, Ledger, builtin_workload, graph_workload, run_clients
-from memtap.harness.servers import InProcessServer, child
+from memtap.harness.servers import child, in_process, run_on_connections
 from memtap.verify import builtin_state, compare, graph_state, record_differences, trace_items
 
 __all__ = ["Row", "disk_fault", "kill_memtap", "load", "upstream_faults"]
@@ -126,7 +126,7 @@ async def disk_fault(
     """The database fills up (``max_page_count``) or turns read-only (``query_only``) during the load,
     for ``hold_s`` seconds, on the backend's and the recorder's connections; then recovers."""
     db = folder / f"{kind}-{_mode(durable)}.db"
-    server = InProcessServer(db, durable=durable)
+    server = in_process(db, durable=durable)
     await anyio.to_thread.run_sync(server.start)
     if kind == "disk full":
         on, off = "PRAGMA max_page_count = {pages}", "PRAGMA max_page_count = 1073741823"
@@ -150,16 +150,16 @@ async def disk_fault(
         await started.wait()
         if finished:
             return
-        await anyio.to_thread.run_sync(server.run_on_loop, on)
+        await anyio.to_thread.run_sync(run_on_connections, server, on)
         injected += 1
         await anyio.sleep(hold_s)
-        await anyio.to_thread.run_sync(server.run_on_loop, off)
+        await anyio.to_thread.run_sync(run_on_connections, server, off)
 
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(inject)
             ledger = await run_clients(
-                server.url, clients=clients, calls=calls, workload=builtin_workload, on_ack=on_ack
+                server.mcp_url, clients=clients, calls=calls, workload=builtin_workload, on_ack=on_ack
             )
             finished = True
             started.set()
