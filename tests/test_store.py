@@ -137,9 +137,17 @@ def test_a_memory_event_writes_no_index_entry_for_the_columns_it_leaves_empty(db
         ("SELECT id FROM events WHERE upstream = 'u' ORDER BY id DESC LIMIT 51", "events_upstream_id"),
         ("SELECT id FROM events WHERE op = 'write'", "events_op_id"),
         ("SELECT id FROM events WHERE namespace = 'alice'", "events_namespace_id"),
+        (
+            "SELECT * FROM items WHERE namespace = 'alice' AND item_id > 'm' ORDER BY item_id",
+            "items_namespace",
+        ),
+        (
+            "SELECT count(*), sum(valid_to IS NULL) FROM items WHERE namespace > '' GROUP BY namespace",
+            "COVERING",
+        ),
     ]:
         plan = " ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
-        assert index in plan and "SCAN events" not in plan, (sql, plan)
+        assert index in plan and "SCAN events" not in plan and "TEMP B-TREE" not in plan, (sql, plan)
     store.close()
 
 

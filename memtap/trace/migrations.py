@@ -418,8 +418,13 @@ def m020_trim_event_indexes(db: Database) -> None:
     ``events_namespace_id``, which serve every query they served. ``events_parent`` and
     ``events_upstream_id`` index columns that memory calls leave empty; as partial indexes
     (``IS NOT NULL``) they still serve ``parent_id = ?``, ``upstream = ?`` and the list of
-    upstreams, and a memory call's event no longer touches them."""
+    upstreams, and a memory call's event no longer touches them. One index of items by
+    namespace, ``(namespace, item_id, valid_to)``, serves both m002's counts of current items
+    (covering) and m019's pages by id."""
     for name in ("events_op", "events_namespace", "events_parent", "events_upstream_id"):
         db.execute(f"DROP INDEX IF EXISTS {name}")
+    for name in ("items_namespace", "items_namespace_id"):
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+    db.execute("CREATE INDEX items_namespace ON items(namespace, item_id, valid_to)")
     db.execute("CREATE INDEX events_parent ON events(parent_id) WHERE parent_id IS NOT NULL")
     db.execute("CREATE INDEX events_upstream_id ON events(upstream, id) WHERE upstream IS NOT NULL")
