@@ -64,6 +64,16 @@ def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
     return out
 
 
+def rowid_cursor(text: str | None) -> int | None:
+    """A ``before=`` cursor over rowids: None when absent, else a positive SQLite integer, or a 400
+    that names it (``?before=abc``, ``²`` or a number past 2**63 is the client's mistake)."""
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and 0 < int(text) < 2**63):
+        raise HTTPException(400, f"before={text[:40]!r} is not a row number (a positive integer)")
+    return int(text)
+
+
 def _pretty(value: Any) -> str:
     if isinstance(value, str):
         value = loads(value)
@@ -245,9 +255,7 @@ def create_ui_app(
         rows: list[Any] = []
         nxt = None
         if reader.has_table("findings"):
-            rows, nxt = reader.findings(
-                before=int(before) if before and before.isdigit() else None, kind=kind, severity=severity
-            )
+            rows, nxt = reader.findings(before=rowid_cursor(before), kind=kind, severity=severity)
             rows = [r for r in rows if not r.get("namespace") or readable(request)(r)]
         denials, cursor = reader.denials(before=denied_before, visible=readable(request))
         return page(
@@ -314,9 +322,11 @@ def create_ui_app(
             live = {k: v for k, v in live.items() if policy.may_call_upstream(caller, k)}
         return page(request, "upstreams.html", live=live, stats=stats)
 
-    async def not_found(request: Request, exc: Exception) -> Response:
-        detail = exc.detail if isinstance(exc, HTTPException) else "not found"
-        return page(request, "404.html", status=404, detail=detail)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+        title = {400: "Bad request", 404: "Not found"}.get(status, f"Error {status}")
+        return page(request, "error.html", status=status, title=title, detail=detail)
 
     routes = [
         Route("/", home, name="home"),
@@ -337,5 +347,5 @@ def create_ui_app(
     middleware = [Middleware(LoopbackHostOnly)] if loopback_only else []
     if authentication is not None:
         middleware.append(Middleware(Gate, authentication=authentication))
-    app = Starlette(routes=routes, middleware=middleware, exception_handlers={404: not_found})
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: http_error})
     return app
