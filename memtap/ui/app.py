@@ -246,6 +246,14 @@ def create_ui_app(
             raise HTTPException(404, f"no item {item_id!r} in backend {backend!r}")
         return page(request, "item.html", item=found)
 
+    def visible_findings(request: Request, rows: list[Row]) -> list[Row]:
+        """The findings the caller may read: by their namespace, or, with none, by their event's."""
+        if not caller_of(request).restricted:
+            return rows
+        check = readable(request)
+        heads = reader.event_heads([r["event_id"] for r in rows if not r.get("namespace")])
+        return [r for r in rows if check(r if r.get("namespace") else heads.get(r["event_id"], {}))]
+
     def findings(request: Request) -> Response:
         """The detectors' findings (by severity and kind), then the gate's own denials and the
         refused calls, which are shown whether or not a detector turned them into findings."""
@@ -256,7 +264,7 @@ def create_ui_app(
         nxt = None
         if reader.has_table("findings"):
             rows, nxt = reader.findings(before=rowid_cursor(before), kind=kind, severity=severity)
-            rows = [r for r in rows if not r.get("namespace") or readable(request)(r)]
+            rows = visible_findings(request, rows)
         denials, cursor = reader.denials(before=denied_before, visible=readable(request))
         return page(
             request,

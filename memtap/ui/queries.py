@@ -178,6 +178,14 @@ class Reader:
         )
         return event
 
+    def event_heads(self, ids: Sequence[str]) -> dict[str, Row]:
+        """Who made events ``ids`` and on which namespace (what a visibility check needs), by id."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        sql = f"SELECT id, tool, principal, namespace FROM events WHERE id IN ({marks})"
+        return {row["id"]: row for row in self._all(sql, list(ids))}
+
     def denials(self, *, before: str | None, visible: Callable[[Row], bool]) -> tuple[list[Row], str | None]:
         return self.events({}, before=before, visible=visible, where=DENIAL_SQL)
 

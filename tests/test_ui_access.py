@@ -1,0 +1,98 @@
+"""Who may read which dashboard page: a keyed caller gets a 404 for every kind of page (event,
+item, namespace, run, comparison) of a namespace it may not read, and never sees its rows in the
+lists, the findings or the JSON API; served alone over a real trace file behind real keys."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from memtap.auth.gate import ApiKeyAuthenticator, Authentication
+from memtap.auth.grants import Policy
+from memtap.trace.store import TraceStore
+from memtap.ui import create_ui_app
+
+EVENT = (
+    "INSERT INTO events (id, started_at, ended_at, front_door, backend, tool, op, status, principal, namespace,"
+    " context, arguments) VALUES (?, 't', 't', 'mcp-http', 'builtin', 'memory_add', 'write', 'ok', ?, ?, '{}', '{}')"
+)
+EFFECT = (
+    "INSERT INTO effects (event_id, seq, kind, backend, namespace, item_id, content_after)"
+    " VALUES (?, 0, 'add', 'builtin', ?, ?, ?)"
+)
+ITEM = (
+    "INSERT INTO items (backend, item_id, namespace, content, version, valid_from, principal)"
+    " VALUES ('builtin', ?, ?, ?, 1, 't', ?)"
+)
+RUN = (
+    "INSERT INTO runs (id, suite_path, suite_sha256, episodes_total, target, config, reader, versions,"
+    " started_at, status) VALUES (?, 's.jsonl', 'x', 1, 'builtin', '{}', 'none', '{}', 't', 'done')"
+)
+EPISODE = (
+    "INSERT INTO run_episodes (run_id, episode_id, attempt, namespace, status, started_at, sessions_total)"
+    " VALUES (?, 'ep1', 1, ?, 'done', 't', 1)"
+)
+FINDING = (
+    "INSERT INTO findings (id, kind, severity, severity_rank, summary, event_id, namespace, event_ids, item_ids,"
+    " evidence, detector_version, created_at, dedupe) VALUES (?, 'leak_retrieval', 'high', 3, ?, ?, ?, '[]',"
+    " '[]', '{}', '1', 't', ?)"
+)
+
+
+@pytest.fixture
+def ann(tmp_path: Path) -> TestClient:
+    """The dashboard as ``ann`` sees it (no grants configured: her own namespace only), over a trace
+    holding ann's and bob's events, items, runs and findings."""
+    path = tmp_path / "t.db"
+    TraceStore(path).close()
+    with sqlite3.connect(path) as conn:
+        for who, event in (("ann", "01EANN"), ("bob", "01EBOB")):
+            conn.execute(EVENT, (event, who, who))
+            conn.execute(EFFECT, (event, who, f"{who}-item", f"{who} secret"))
+            conn.execute(ITEM, (f"{who}-item", who, f"{who} secret", who))
+            conn.execute(RUN, (f"run-{who}",))
+            conn.execute(EPISODE, (f"run-{who}", who))
+            conn.execute(FINDING, (f"f-{who}", f"{who} finding", event, who, f"d-{who}"))
+        # A finding with no namespace of its own, about bob's event: it follows its event.
+        conn.execute(FINDING, ("f-loose", "loose finding about bob", "01EBOB", None, "d-loose"))
+        conn.execute(RUN, ("run-ann2",))
+        conn.execute(EPISODE, ("run-ann2", "ann"))
+    app = create_ui_app(
+        path, policy=Policy(), authentication=Authentication([ApiKeyAuthenticator({"k-ann": "ann"})])
+    )
+    return TestClient(app, headers={"Authorization": "Bearer k-ann"})
+
+
+def test_pages_of_a_namespace_the_caller_may_not_read_are_404(ann: TestClient) -> None:
+    for readable, hidden in [
+        ("/events/01EANN", "/events/01EBOB"),
+        ("/memory/items/builtin/ann-item", "/memory/items/builtin/bob-item"),
+        ("/memory/items?namespace=ann", "/memory/items?namespace=bob"),
+        ("/runs/run-ann", "/runs/run-bob"),
+        ("/compare?a=run-ann&b=run-ann2", "/compare?a=run-ann&b=run-bob"),
+    ]:
+        assert ann.get(readable).status_code == 200, readable
+        refused = ann.get(hidden)
+        assert refused.status_code == 404, hidden
+        assert "bob secret" not in refused.text, hidden
+
+
+def test_lists_findings_and_the_json_api_hold_only_readable_rows(ann: TestClient) -> None:
+    events, api = ann.get("/events"), ann.get("/api/events", params={"after": "0"})
+    runs, memory, findings = ann.get("/runs"), ann.get("/memory"), ann.get("/findings")
+    assert "ann secret" in events.text and "bob secret" not in events.text
+    assert [e["id"] for e in api.json()["events"]] == ["01EANN"]
+    assert "run-ann" in runs.text and "run-bob" not in runs.text
+    assert ">ann<" in memory.text and ">bob<" not in memory.text
+    assert "ann finding" in findings.text
+    assert "bob finding" not in findings.text and "loose finding" not in findings.text
+
+
+def test_the_local_caller_sees_every_namespace(tmp_path: Path, ann: TestClient) -> None:
+    path = tmp_path / "t.db"
+    local = TestClient(create_ui_app(path))
+    assert local.get("/events/01EBOB").status_code == 200
+    assert "loose finding about bob" in local.get("/findings").text
