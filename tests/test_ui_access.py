@@ -4,8 +4,10 @@ lists, the findings or the JSON API; served alone over a real trace file behind 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -14,6 +16,7 @@ from memtap.auth.gate import ApiKeyAuthenticator, Authentication
 from memtap.auth.grants import Policy
 from memtap.trace.store import TraceStore
 from memtap.ui import create_ui_app
+from memtap.ui.report import render_report
 
 EVENT = (
     "INSERT INTO events (id, started_at, ended_at, front_door, backend, tool, op, status, principal, namespace,"
@@ -96,3 +99,48 @@ def test_the_local_caller_sees_every_namespace(tmp_path: Path, ann: TestClient) 
     local = TestClient(create_ui_app(path))
     assert local.get("/events/01EBOB").status_code == 200
     assert "loose finding about bob" in local.get("/findings").text
+
+
+HOSTILE = "</script><script>window.pwned=1</script>"
+
+
+def _chart_data(html: str) -> Any:
+    """The page's #chart-data JSON as a browser reads it: up to the first ``</script``."""
+    start = html.index('<script type="application/json" id="chart-data">')
+    body = html[start:].split(">", 1)[1]
+    return json.loads(body[: body.lower().index("</script")])
+
+
+def test_hostile_run_and_label_names_cannot_close_the_chart_data_script(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    TraceStore(path).close()
+    point = {"value": 0.5, "ci": [0.4, 0.6], "n": 2}
+    score = {
+        "run": {"id": HOSTILE},
+        "coverage": {"episodes_scored": 1, "episodes_total": 1, "probes_total": 2},
+        "matcher": "exact",
+        "bootstrap": {"resamples": 10},
+        "measures": {"capture_recall": point, "plasticity": point, "stability": point},
+        "breakdowns": {"accuracy_by_probe_type": {HOSTILE: point}},
+        "baselines": {HOSTILE: {"plasticity": point, "stability": point}},
+        "attribution": {},
+        "latency": {},
+    }
+    with sqlite3.connect(path) as conn:
+        conn.execute(RUN, (HOSTILE,))
+        conn.execute(
+            "INSERT INTO scores (run_id, created_at, format, matcher, json) VALUES (?, 't', 'memtap-score/1',"
+            " 'exact', ?)",
+            (HOSTILE, json.dumps(score)),
+        )
+    client = TestClient(create_ui_app(path))
+    listed = client.get("/runs")
+    page = client.get(f"/runs/{HOSTILE}")
+    report = render_report(path, HOSTILE)
+    assert listed.status_code == 200 and page.status_code == 200
+    for html in (listed.text, page.text, report):
+        assert "<script>window.pwned" not in html
+    for html in (page.text, report):
+        charts = {c["id"]: c for c in _chart_data(html)}
+        assert charts["accuracy_by_probe_type"]["labels"] == [HOSTILE]
+        assert {p["label"] for p in charts["plasticity"]["points"]} == {f"run {HOSTILE}", HOSTILE}

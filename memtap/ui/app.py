@@ -347,7 +347,7 @@ def create_ui_app(
         Route("/memory/items/{backend}/{item_id:path}", item, name="item"),
         Route("/findings", findings, name="findings"),
         Route("/runs", runs, name="runs"),
-        Route("/runs/{run_id}", run, name="run"),
+        Route("/runs/{run_id:path}", run, name="run"),
         Route("/compare", compare, name="compare"),
         Route("/upstreams", upstream_page, name="upstreams"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
