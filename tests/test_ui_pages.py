@@ -22,6 +22,7 @@ from memtap.trace.sqlite import open_database
 from memtap.trace.store import TraceStore
 from memtap.ui import create_ui_app
 from memtap.ui.app import word_diff
+from memtap.ui.queries import DENIAL_SQL
 
 pytestmark = pytest.mark.anyio
 
@@ -105,6 +106,19 @@ def test_an_old_database_is_migrated_with_the_dashboard_indexes(tmp_path: Path) 
         )
     assert {"events_op_id", "events_namespace_id", "events_upstream_id", "items_namespace_id"} <= names
     assert "events_op_id" in plan and "TEMP B-TREE" not in plan
+
+
+def test_the_denials_list_reads_its_partial_index_not_every_event(tmp_path: Path) -> None:
+    path = _blank(tmp_path / "t.db")
+    with sqlite3.connect(path) as conn:
+        plans = [
+            " ".join(str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+            for sql, params in [
+                (f"SELECT * FROM events WHERE ({DENIAL_SQL}) ORDER BY id DESC LIMIT ?", (51,)),
+                (f"SELECT * FROM events WHERE ({DENIAL_SQL}) AND id < ? ORDER BY id DESC LIMIT ?", ("z", 51)),
+            ]
+        ]
+    assert all("USING INDEX events_denials" in plan for plan in plans), plans
 
 
 async def test_hostile_and_invalid_content_is_shown_as_text(

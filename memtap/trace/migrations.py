@@ -408,3 +408,17 @@ def m019_create_ui_indexes(db: Database) -> None:
     for column in ("op", "namespace", "session", "principal", "upstream", "run_id", "status"):
         db.execute(f"CREATE INDEX IF NOT EXISTS events_{column}_id ON events({column}, id)")
     db.execute("CREATE INDEX IF NOT EXISTS items_namespace_id ON items(namespace, item_id)")
+
+
+@MIGRATIONS()
+def m021_create_denials_index(db: Database) -> None:
+    """A partial index of the gate's denials and the refused calls, newest first, for the
+    dashboard's findings page: without it each view scanned every event with four LIKEs (about
+    140 ms at 200,000 events). Only a denied or refused call's event adds an entry. The WHERE is
+    ``memtap.ui.queries.DENIAL_SQL`` word for word, which SQLite needs to use the index.
+    (Numbered 021: 020 is another branch's.)"""
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS events_denials ON events(id) WHERE "
+        "(status = 'error' AND (error LIKE '%may not %' OR error LIKE '%contradicts%')) "
+        "OR gate LIKE 'observe:would-deny%' OR gate LIKE 'enforce:withheld=%'"
+    )

@@ -18,6 +18,8 @@ __all__ = ["EVENT_FILTERS", "LIVE_BATCH", "PAGE", "Reader", "event_summary", "lo
 PAGE = 50
 LIVE_BATCH = 500  # the most events one poll of the live view returns; it polls again at once when full
 EVENT_FILTERS = ("op", "namespace", "session", "principal", "upstream", "run_id", "status")
+# Word for word the WHERE of the partial index events_denials (migration m021): SQLite uses the
+# index only for this exact expression (tests/test_ui_pages.py checks the plan).
 DENIAL_SQL = (
     "(status = 'error' AND (error LIKE '%may not %' OR error LIKE '%contradicts%')) "
     "OR gate LIKE 'observe:would-deny%' OR gate LIKE 'enforce:withheld=%'"
