@@ -61,6 +61,11 @@ def ann(tmp_path: Path) -> TestClient:
             conn.execute(FINDING, (f"f-{who}", f"{who} finding", event, who, f"d-{who}"))
         # A finding with no namespace of its own, about bob's event: it follows its event.
         conn.execute(FINDING, ("f-loose", "loose finding about bob", "01EBOB", None, "d-loose"))
+        # Calls linked to ann's: bob's parent and child are not hers to see, her own child is.
+        conn.execute(EVENT, ("01ECHILDBOB", "bob", "bob"))
+        conn.execute(EVENT, ("01ECHILDANN", "ann", "ann"))
+        conn.execute("UPDATE events SET parent_id = '01EANN' WHERE id LIKE '01ECHILD%'")
+        conn.execute("UPDATE events SET parent_id = '01EBOB', links = '[\"01EBOB\"]' WHERE id = '01EANN'")
         conn.execute(RUN, ("run-ann2",))
         conn.execute(EPISODE, ("run-ann2", "ann"))
     app = create_ui_app(
@@ -83,11 +88,17 @@ def test_pages_of_a_namespace_the_caller_may_not_read_are_404(ann: TestClient) -
         assert "bob secret" not in refused.text, hidden
 
 
+def test_an_events_page_links_only_the_related_calls_the_caller_may_see(ann: TestClient) -> None:
+    page = ann.get("/events/01EANN").text
+    assert "01ECHILDANN" in page
+    assert "01EBOB" not in page and "01ECHILDBOB" not in page
+
+
 def test_lists_findings_and_the_json_api_hold_only_readable_rows(ann: TestClient) -> None:
     events, api = ann.get("/events"), ann.get("/api/events", params={"after": "0"})
     runs, memory, findings = ann.get("/runs"), ann.get("/memory"), ann.get("/findings")
     assert "ann secret" in events.text and "bob secret" not in events.text
-    assert [e["id"] for e in api.json()["events"]] == ["01EANN"]
+    assert [e["id"] for e in api.json()["events"]] == ["01ECHILDANN", "01EANN"]
     assert "run-ann" in runs.text and "run-bob" not in runs.text
     assert ">ann<" in memory.text and ">bob<" not in memory.text
     assert "ann finding" in findings.text

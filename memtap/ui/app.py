@@ -221,9 +221,11 @@ def create_ui_app(
         return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 
     def event(request: Request) -> Response:
-        found = reader.event(request.path_params["event_id"])
-        if found is None or not readable(request)(found):
+        found, check = reader.event(request.path_params["event_id"]), readable(request)
+        if found is None or not check(found):
             raise HTTPException(404, f"no event {request.path_params['event_id']!r}")
+        for key in ("linked", "children"):  # the related calls it may see, not another namespace's
+            found[key] = [e for e in found[key] if check(e)]
         split = chat_split(reader, found)
         return page(request, "event.html", event=found, context=loads(found["context"]), chat_hw=split)
 
@@ -262,14 +264,15 @@ def create_ui_app(
         kind, severity = query.get("kind") or None, query.get("severity") or None
         rows: list[Any] = []
         nxt = None
-        if reader.has_table("findings"):
+        table = reader.has_table("findings")
+        if table:
             rows, nxt = reader.findings(before=rowid_cursor(before), kind=kind, severity=severity)
             rows = visible_findings(request, rows)
         denials, cursor = reader.denials(before=denied_before, visible=readable(request))
         return page(
             request,
             "findings.html",
-            table=reader.has_table("findings"),
+            table=table,
             findings=rows,
             next=nxt,
             denials=denials,

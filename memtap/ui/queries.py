@@ -24,6 +24,7 @@ DENIAL_SQL = (
     "(status = 'error' AND (error LIKE '%may not %' OR error LIKE '%contradicts%')) "
     "OR gate LIKE 'observe:would-deny%' OR gate LIKE 'enforce:withheld=%'"
 )
+RELATED = "id, tool, op, status, namespace, principal"  # a linked call's line, and who may see it
 Row = dict[str, Any]
 
 
@@ -165,7 +166,7 @@ class Reader:
             return None
         event = self._with_effects([found])[0]
         event["children"] = self._all(
-            "SELECT id, tool, op, status, namespace FROM events WHERE parent_id = ? ORDER BY id LIMIT 100",
+            f"SELECT {RELATED} FROM events WHERE parent_id = ? ORDER BY id LIMIT 100",
             (event_id,),
         )
         links = loads(event.get("links")) or []
@@ -173,11 +174,7 @@ class Reader:
         if event.get("parent_id"):
             ids.append(event["parent_id"])
         marks = ",".join("?" * len(ids))
-        event["linked"] = (
-            self._all(f"SELECT id, tool, op, status, namespace FROM events WHERE id IN ({marks})", ids)
-            if ids
-            else []
-        )
+        event["linked"] = self._all(f"SELECT {RELATED} FROM events WHERE id IN ({marks})", ids) if ids else []
         return event
 
     def event_heads(self, ids: Sequence[str]) -> dict[str, Row]:
