@@ -155,3 +155,36 @@ def test_hostile_run_and_label_names_cannot_close_the_chart_data_script(tmp_path
         charts = {c["id"]: c for c in _chart_data(html)}
         assert charts["accuracy_by_probe_type"]["labels"] == [HOSTILE]
         assert {p["label"] for p in charts["plasticity"]["points"]} == {f"run {HOSTILE}", HOSTILE}
+
+
+def test_pages_past_many_unreadable_rows_show_the_readable_ones_and_never_name_the_others(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.db"
+    TraceStore(path).close()
+    with sqlite3.connect(path) as conn:
+        for n in range(120):  # sorted before ann's namespace, and newer than ann's run
+            conn.execute(ITEM, (f"i{n}", f"a{n:03d}", "hidden", "bob"))
+            conn.execute(RUN, (f"run-z{n:03d}",))
+            conn.execute(EPISODE, (f"run-z{n:03d}", f"a{n:03d}"))
+        conn.execute(ITEM, ("mine", "ann", "mine", "ann"))
+        conn.execute(RUN, ("run-ann",))
+        conn.execute(EPISODE, ("run-ann", "ann"))
+    keys = Authentication([ApiKeyAuthenticator({"k-ann": "ann"})])
+    ann = TestClient(
+        create_ui_app(path, policy=Policy(), authentication=keys), headers={"Authorization": "Bearer k-ann"}
+    )
+    memory, runs = ann.get("/memory"), ann.get("/runs")
+    assert ">ann<" in memory.text and "a000" not in memory.text and "a119" not in memory.text
+    assert "run-ann" in runs.text and "run-z" not in runs.text
+    assert 'class="more"' not in memory.text + runs.text
+    local = TestClient(create_ui_app(path))  # sees everything, fifty a page, then the rest
+    first = local.get("/memory").text
+    assert ">a049<" in first and ">a050<" not in first and "after=a049" in first
+    second = local.get("/memory", params={"after": "a049"}).text
+    last = local.get("/memory", params={"after": "a099"}).text
+    assert ">a050<" in second and ">a099<" in second and "after=a099" in second
+    assert ">a100<" in last and ">ann<" in last and 'class="more"' not in last
+    runs_first = local.get("/runs").text
+    assert "run-z119" in runs_first and "run-z070" in runs_first and "run-z069" not in runs_first
+    assert "before=run-z070" in runs_first

@@ -230,8 +230,7 @@ def create_ui_app(
         return page(request, "event.html", event=found, context=loads(found["context"]), chat_hw=split)
 
     def namespaces(request: Request) -> Response:
-        rows, nxt = reader.namespaces(after=request.query_params.get("after"))
-        rows = [r for r in rows if readable(request)(r)]
+        rows, nxt = reader.namespaces(after=request.query_params.get("after"), visible=readable(request))
         return page(request, "namespaces.html", namespaces=rows, next=nxt)
 
     def items(request: Request) -> Response:
@@ -282,12 +281,15 @@ def create_ui_app(
         )
 
     def run_visible(request: Request, run_id: str) -> bool:
+        if not caller_of(request).restricted:
+            return True
         check = readable(request)
         return all(check({"namespace": ns}) for ns in reader.run_namespaces(run_id))
 
     def runs(request: Request) -> Response:
-        rows, nxt = reader.runs(before=request.query_params.get("before"))
-        rows = [r for r in rows if run_visible(request, r["id"])]
+        rows, nxt = reader.runs(
+            before=request.query_params.get("before"), visible=lambda r: run_visible(request, r["id"])
+        )
         return page(request, "runs.html", runs=rows, next=nxt)
 
     def run(request: Request) -> Response:

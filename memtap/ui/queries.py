@@ -26,6 +26,9 @@ DENIAL_SQL = (
 )
 RELATED = "id, tool, op, status, namespace, principal"  # a linked call's line, and who may see it
 Row = dict[str, Any]
+Visible = Callable[[Row], bool]
+CHUNK = 500  # rows read per query while filling a restricted caller's page of namespaces or runs
+CHUNKS = 20  # and at most this many queries per page
 
 
 def loads(text: str | None) -> Any:
@@ -210,15 +213,41 @@ class Reader:
 
     # memory
 
-    def namespaces(self, *, after: str | None) -> tuple[list[Row], str | None]:
-        sql = (
-            "SELECT namespace, count(*) AS items, sum(valid_to IS NULL) AS current "
-            "FROM items INDEXED BY items_namespace "  # covering: no row lookups
-            "WHERE namespace IS NOT NULL" + (" AND namespace > ?" if after else "")
-        )
-        sql += " GROUP BY namespace ORDER BY namespace LIMIT ?"
-        rows = self._all(sql, [*([after] if after else []), PAGE + 1])
-        return rows[:PAGE], rows[PAGE - 1]["namespace"] if len(rows) > PAGE else None
+    def _visible_page(
+        self, fetch: Callable[[str | None, int], list[Row]], key: str, cursor: str | None, visible: Visible
+    ) -> tuple[list[Row], str | None]:
+        """Up to ``PAGE`` rows that ``visible`` keeps, from ``fetch(cursor, n)`` (at most ``n`` rows
+        past ``cursor`` in key order), a bounded number of chunks. The cursor returned is the key
+        of the last row shown, so the next-page link never names a row the caller may not see
+        (only a run of ``CHUNKS * CHUNK`` rows it may not see, none shown, yields a hidden one)."""
+        found: list[Row] = []
+        for attempt in range(CHUNKS):
+            size = PAGE if attempt == 0 else CHUNK  # a caller who sees every row reads one page
+            rows = fetch(cursor, size + 1)
+            for i, row in enumerate(rows[:size]):
+                if visible(row):
+                    found.append(row)
+                    if len(found) == PAGE:
+                        more = len(rows) > size or i < len(rows) - 1
+                        return found, row[key] if more else None
+                cursor = row[key]
+            if len(rows) <= size:
+                return found, None
+        return found, found[-1][key] if found else cursor
+
+    def namespaces(
+        self, *, after: str | None, visible: Visible = lambda _: True
+    ) -> tuple[list[Row], str | None]:
+        def fetch(cursor: str | None, n: int) -> list[Row]:
+            sql = (
+                "SELECT namespace, count(*) AS items, sum(valid_to IS NULL) AS current "
+                "FROM items INDEXED BY items_namespace "  # covering: no row lookups
+                "WHERE namespace IS NOT NULL" + (" AND namespace > ?" if cursor else "")
+            )
+            sql += " GROUP BY namespace ORDER BY namespace LIMIT ?"
+            return self._all(sql, [*([cursor] if cursor else []), n])
+
+        return self._visible_page(fetch, "namespace", after, visible)
 
     def items(self, namespace: str, *, after: str | None) -> tuple[list[Row], str | None]:
         sql = "SELECT * FROM items WHERE namespace = ?" + (" AND item_id > ?" if after else "")
@@ -254,14 +283,24 @@ class Reader:
 
     # runs
 
-    def runs(self, *, before: str | None) -> tuple[list[Row], str | None]:
-        sql = "SELECT * FROM runs" + (" WHERE id < ?" if before else "") + " ORDER BY id DESC LIMIT ?"
-        rows = self._all(sql, [*([before] if before else []), PAGE + 1])
+    def runs(self, *, before: str | None, visible: Visible = lambda _: True) -> tuple[list[Row], str | None]:
+        """The newest runs ``visible`` keeps, each with its latest score's id and time (``scored``)."""
+
+        def fetch(cursor: str | None, n: int) -> list[Row]:
+            sql = "SELECT * FROM runs" + (" WHERE id < ?" if cursor else "") + " ORDER BY id DESC LIMIT ?"
+            return self._all(sql, [*([cursor] if cursor else []), n])
+
+        rows, nxt = self._visible_page(fetch, "id", before, visible)
+        marks = ",".join("?" * len(rows))
+        latest = self._all(
+            "SELECT run_id, id, created_at FROM scores WHERE id IN "
+            f"(SELECT max(id) FROM scores WHERE run_id IN ({marks}) GROUP BY run_id)",
+            [r["id"] for r in rows],
+        )
+        scored = {s["run_id"]: s for s in latest}
         for run in rows:
-            run["scored"] = self._one(
-                "SELECT id, created_at FROM scores WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run["id"],)
-            )
-        return rows[:PAGE], rows[PAGE - 1]["id"] if len(rows) > PAGE else None
+            run["scored"] = scored.get(run["id"])
+        return rows, nxt
 
     def run(self, run_id: str) -> Row | None:
         run = self._one("SELECT * FROM runs WHERE id = ?", (run_id,))
