@@ -168,8 +168,16 @@ def test_grants_and_requesters_are_checked_after_the_clock() -> None:
             policy=rules,
             right=R,
         )
-    assert refused.value.context.namespace == "alice"  # type: ignore[attr-defined]
-    assert refused.value.context.turn == "t9"  # type: ignore[attr-defined]
+    assert str(refused.value) == (
+        "principal 'bob' may not read namespace 'alice': "
+        "it has no grants configured, so it may use only the namespace named like it"
+    )
+    # What the refused call is recorded with: the connection's fields, attributed by the clock
+    # (end to end: test_replay_clock.py::test_a_refused_call_is_recorded_with_the_turn_...).
+    recorded = best_context(
+        BOB, layers=({"namespace": "alice"},), clock=lambda c: c.model_copy(update={"turn": "t9"})
+    )
+    assert (recorded.principal, recorded.namespace, recorded.turn) == ("bob", "alice", "t9")
     with pytest.raises(Forbidden, match="may not act for requester 'alice'"):
         resolve_context(BOB, layers=({"requester": "alice"},), policy=rules, right=R)
 

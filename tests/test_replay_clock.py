@@ -87,6 +87,42 @@ async def test_the_clock_needs_the_api_key_when_keys_are_configured(start_http_s
         )
 
 
+async def test_a_refused_call_is_recorded_with_the_turn_the_clock_attributes_it_to(
+    start_http_server: StartServer,
+) -> None:
+    server = start_http_server("--api-key", "sekret=alice", "--api-key", "other=bob")
+    mark_url = f"http://127.0.0.1:{server.port}/v1/memtap/replay/mark"
+    async with httpx2.AsyncClient() as http:
+        marked = await http.post(
+            mark_url,
+            json={"namespace": "alice", "run": "r1", "turn": "t7"},
+            headers={"Authorization": "Bearer sekret"},
+        )
+        assert marked.status_code == 200
+    bob_on_alice = {"Authorization": "Bearer other", "X-Memtap-Namespace": "alice", "X-Memtap-Session": "s1"}
+    async with http_client(server.url, bob_on_alice) as bob:
+        refused = await bob.call_tool("memory_add", {"content": "planted by bob"})
+        assert refused.is_error
+    assert server.stop() == 0
+    store = TraceStore(server.db)
+    events = store.list_events()
+    store.close()
+    [event] = [e for e in events if e.tool == "memory_add"]
+    assert (event.status, event.error) == (
+        "error",
+        "principal 'bob' may not write namespace 'alice': "
+        "it has no grants configured, so it may use only the namespace named like it",
+    )
+    ctx = event.context
+    assert (ctx.principal, ctx.namespace, ctx.session, ctx.run, ctx.turn) == (
+        "bob",
+        "alice",
+        "s1",
+        "r1",
+        "t7",
+    )
+
+
 def _probe(kind: str, question: str) -> Probe:
     return Probe.model_validate(
         {"probe_id": "p", "type": kind, "question": question, "time": "2026-01-01T00:00:00Z"}

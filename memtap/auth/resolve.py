@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from memtap.auth.caller import Caller
 from memtap.auth.grants import Policy, Right
-from memtap.errors import AccessDenied, InvalidArguments, PinnedContextViolation
+from memtap.errors import InvalidArguments, PinnedContextViolation
 from memtap.limits import check_context_fields, clip, within_caps
 from memtap.trace.models import Context
 
@@ -172,21 +172,18 @@ def resolve_context(
     """The call's context (see the module's docstring), checked against ``policy`` for ``right``.
 
     Raises :class:`PinnedContextViolation` or :class:`InvalidArguments` before a context
-    exists; a refusal after it (a requester the caller may not act for, a missing grant) is
-    an :class:`AccessDenied` whose ``context`` attribute holds the attributed context."""
+    exists, and :class:`AccessDenied` after it (a requester the caller may not act for, a
+    missing grant): a refused call is recorded with :func:`best_context`, which then gives the
+    same context (nothing in the call contradicted the connection)."""
     context = _context(caller, client, upstream, _merged(caller, layers, arguments or {}, context_args))
     if clock is not None:
         context = clock(context)
     if caller.restricted:
         policy = policy or _OPEN
-        try:
-            if context.requester:
-                policy.check_act_for(caller, context.requester)
-            if right is not None:
-                policy.check(caller, context.namespace, right)
-        except AccessDenied as exc:
-            exc.context = context  # type: ignore[attr-defined]
-            raise
+        if context.requester:
+            policy.check_act_for(caller, context.requester)
+        if right is not None:
+            policy.check(caller, context.namespace, right)
     return context
 
 

@@ -211,7 +211,6 @@ class ChatProxy:
                 except InvalidArguments as exc:
                     raise RequestProblem(400, str(exc)) from None
                 except AccessDenied as exc:
-                    call.context = getattr(exc, "context", None)
                     raise RequestProblem(403, str(exc), type_="permission_error", code="forbidden") from None
                 mode = headers.get(MEMORY_HEADER) or upstream.memory or self.default_mode
                 if mode not in ("off", "auto"):

@@ -316,8 +316,6 @@ def build_forward_server(
                 code = _error_code(exc)
                 data = exc.data if isinstance(exc, UpstreamRPCError) else None
                 denied = isinstance(exc, AccessDenied)
-                if denied and call.context is None:
-                    call.context = getattr(exc, "context", None)
                 raise
         if denied:  # a refusal is the caller's tool error, as for memtap's own tools
             text = types.TextContent(type="text", text=call.error or "refused")

@@ -104,20 +104,16 @@ class MemoryService:
             if spec is None:
                 raise UnknownTool(f"unknown tool {name!r}; this server offers: {', '.join(TOOLS)}")
             args = parse_arguments(spec, args_in)
-            try:
-                call.context = context = resolve_context(
-                    who,
-                    layers=layers,
-                    arguments={key: getattr(args, key) for key in CONTEXT_FIELDS},
-                    client=client,
-                    clock=self.clock,
-                    policy=self.policy,
-                    right=right_for(spec.op),
-                    context_args=self.context_args,
-                )
-            except AccessDenied as exc:
-                call.context = getattr(exc, "context", None)
-                raise
+            call.context = context = resolve_context(
+                who,
+                layers=layers,
+                arguments={key: getattr(args, key) for key in CONTEXT_FIELDS},
+                client=client,
+                clock=self.clock,
+                policy=self.policy,
+                right=right_for(spec.op),
+                context_args=self.context_args,
+            )
             self._check_secrets(args_in, context)
             self._check_content(name, args)
             if isinstance(args, UpdateArgs) and args.access is not None and who.restricted:
