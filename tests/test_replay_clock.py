@@ -175,3 +175,27 @@ def test_extractive_reader_withholds_what_the_tags_deny_the_requester() -> None:
     }
     assert ExtractiveReader().answer(probe, "anonymous", found) == {"action": "withhold", "answer": None}
     assert make_reader("none").answer(probe, "maya", found) is None
+
+
+def test_a_run_or_principal_mark_set_with_a_key_relabels_only_its_setters_calls() -> None:
+    from memtap.auth import Caller
+    from memtap.proxy.replay_clock import Mark, ReplayClock
+    from memtap.trace.models import Context
+
+    clock = ReplayClock()
+    alice = Caller("alice", "api-key")
+    clock.set(Mark(run="r1", turn="run-turn"), alice)
+    clock.set(Mark(principal="alice", turn="principal-turn"), alice)
+    clock.set(Mark(namespace="shared", turn="namespace-turn"), alice)
+    clock.set(Mark(run="open", turn="local-turn"))  # set by the keyless local caller
+
+    def turn(principal: str, namespace: str, run: str | None = None) -> str | None:
+        return clock.attribute(Context(principal=principal, namespace=namespace, run=run)).turn
+
+    assert turn("alice", "alice-ns", run="r1") == "run-turn"
+    assert turn("bob", "bob-ns", run="r1") is None  # alice's run mark is not bob's clock
+    assert turn("alice", "alice-ns") == "principal-turn"
+    assert turn("bob", "shared") == "namespace-turn"  # a namespace mark needed write there: anyone's
+    assert turn("bob", "bob-ns", run="open") == "local-turn"
+    own = Context(principal="alice", namespace="shared", turn="mine")
+    assert clock.attribute(own) is own  # a call's own turn wins

@@ -128,7 +128,6 @@ class ReplayClock:
     def __init__(self) -> None:
         self._marks: dict[tuple[str, str], _Stamped] = {}
         self._lock = threading.Lock()
-        self.attributed = 0
 
     def set(self, mark: Mark, caller: Caller | None = None) -> dict[str, Any]:
         stamped = _Stamped(mark, utc_now().isoformat(), time.monotonic(), caller or local_caller())
@@ -158,19 +157,16 @@ class ReplayClock:
             ("principal", context.principal),
         ):
             stamped = self.stamped(kind, value) if value else None
-            theirs = stamped is not None and stamped.set_by.restricted and kind != "namespace"
-            if theirs and stamped is not None and stamped.set_by.principal != context.principal:
+            if stamped is None:
+                continue
+            setter = stamped.set_by
+            if kind != "namespace" and setter.restricted and setter.principal != context.principal:
                 continue  # a run or principal mark re-labels only its setter's own calls
-            mark = stamped.mark if stamped is not None else None
-            if mark is not None:
-                updates = {
-                    f: getattr(mark, f) for f in _FILLED if getattr(context, f) is None and getattr(mark, f)
-                }
-                if not updates:
-                    return context
-                with self._lock:
-                    self.attributed += 1
-                return context.model_copy(update=updates)
+            mark = stamped.mark
+            updates = {
+                f: getattr(mark, f) for f in _FILLED if getattr(context, f) is None and getattr(mark, f)
+            }
+            return context.model_copy(update=updates) if updates else context
         return context
 
 
