@@ -356,3 +356,36 @@ async def test_without_the_memory_file_a_killed_write_is_reconciled_by_asking_th
         True,
     )
     assert item is not None and item.is_valid
+
+
+async def test_a_late_write_is_reconciled_under_the_namespaces_content_policy(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    """The reconciling event is not a served call's: it still holds receipts, never the text."""
+    import hashlib
+
+    memory_file = tmp_path / "memory.jsonl"
+    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
+    server = start_http_server("--config", str(config), "--content-policy", "*=hashed", command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("create_entities", {"entities": [{"name": "dee", "entityType": "person",
+                                                                 "observations": []}]})  # fmt: skip
+        pid = upstream_pid(server)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(MCPError):
+                await client.call_tool("add_observations", add("dee", "HOOPOE nests by the river"))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with anyio.fail_after(20):
+            while "HOOPOE nests by the river" not in file_observations(memory_file).get("dee", []):
+                await anyio.sleep(0.02)
+    assert server.stop() == 0
+    store = TraceStore(server.db)
+    [settled] = [e for e in store.list_events() if e.tool == "upstream/reconcile"]
+    store.close()
+    text = b"HOOPOE nests by the river"
+    assert [(e.kind, e.content_after) for e in settled.effects] == [
+        (EffectKind.ADD, f"sha256:{hashlib.sha256(text).hexdigest()};bytes={len(text)}")
+    ]
+    assert "HOOPOE" not in settled.model_dump_json()

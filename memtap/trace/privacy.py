@@ -1,7 +1,9 @@
 """Privacy of the trace itself: content policies per namespace, and configured secrets kept out.
 
-:class:`TracePrivacy` is applied to every event in one place, :func:`~memtap.trace.calls.recorded_call`,
-after the event is built and before its span is finished and it is handed to the recorder.
+:class:`TracePrivacy` (``Recorder.privacy``) is applied to every served call's event in
+:func:`~memtap.trace.calls.recorded_call`, after the event is built and before its span is finished
+and it is handed to the recorder; an event recorded outside a served call (reconciliation's
+``upstream/reconcile``) is passed through it before it is handed over.
 So whatever the front door (memory tools, the forwarding proxy, chat, embeddings), the
 database, its WAL, the spill file and the spans hold only what the policy lets through.
 
