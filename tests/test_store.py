@@ -46,6 +46,7 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
         "m008_create_purge_receipts", "m009_add_reconciled_effects", "m012_add_run_episode_counts",
         "m016_create_findings", "m017_create_hw_samples", "m019_create_ui_indexes", "m020_trim_event_indexes",
+        "m021_create_denials_index",
     ]  # fmt: skip
     assert _columns(db_path, "purge_receipts") == [
         "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",

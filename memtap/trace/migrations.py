@@ -428,3 +428,16 @@ def m020_trim_event_indexes(db: Database) -> None:
     db.execute("CREATE INDEX items_namespace ON items(namespace, item_id, valid_to)")
     db.execute("CREATE INDEX events_parent ON events(parent_id) WHERE parent_id IS NOT NULL")
     db.execute("CREATE INDEX events_upstream_id ON events(upstream, id) WHERE upstream IS NOT NULL")
+
+
+@MIGRATIONS()
+def m021_create_denials_index(db: Database) -> None:
+    """A partial index of the gate's denials and the refused calls, newest first, for the
+    dashboard's findings page: without it each view scanned every event with four LIKEs (about
+    140 ms at 200,000 events). Only a denied or refused call's event adds an entry. The WHERE is
+    ``memtap.ui.queries.DENIAL_SQL`` word for word, which SQLite needs to use the index."""
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS events_denials ON events(id) WHERE "
+        "(status = 'error' AND (error LIKE '%may not %' OR error LIKE '%contradicts%')) "
+        "OR gate LIKE 'observe:would-deny%' OR gate LIKE 'enforce:withheld=%'"
+    )
