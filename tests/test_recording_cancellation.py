@@ -15,7 +15,7 @@ import anyio
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
-from test_writer import add_event as _event
+from trace_builder import add_event as _event
 
 from memtap.probes.targets._server import free_port
 from memtap.trace.calls import CANCELLED

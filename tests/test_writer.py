@@ -3,35 +3,17 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 import pytest
+from trace_builder import add_event
 
 from memtap.adapters.builtin import BuiltinBackend
 from memtap.errors import StoreError
-from memtap.ids import new_id
 from memtap.proxy.service import MemoryService
-from memtap.trace.models import Context, EffectKind, MemoryEffect, Op, TraceEvent
 from memtap.trace.store import TraceStore
 from memtap.trace.writer import Recorder
-
-
-def add_event(i: int) -> TraceEvent:
-    """The event of the i-th memory_add (item m{i}, "fact {i}"), as a front door records it."""
-    now = datetime.now(UTC)
-    return TraceEvent(
-        id=new_id(),
-        started_at=now,
-        ended_at=now,
-        front_door="test",
-        backend="builtin",
-        tool="memory_add",
-        op=Op.WRITE,
-        context=Context(namespace="u", session=f"s{i % 3}"),
-        effects=[MemoryEffect(kind=EffectKind.ADD, item_id=f"m{i}", content_after=f"fact {i}")],
-    )
 
 
 def _count(db: Path) -> int:
