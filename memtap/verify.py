@@ -12,7 +12,8 @@ backend's state is read from where the backend keeps it:
 Every difference is one :class:`Difference`: ``missing_in_trace`` (the backend holds an
 item the trace never saw), ``missing_in_backend`` (the trace holds an item the backend
 never had, or no longer has and keeps no record of), ``content_differs``,
-``deleted_in_trace_only`` and ``deleted_in_backend_only``. :func:`record_differences`
+``deleted_in_trace_only`` and ``deleted_in_backend_only``. A content policy's receipt in the
+trace (``hashed``, ``none``) is the same content as the text it was made of. :func:`record_differences`
 writes one ``control`` event (``memtap/verify``) whose reconciled effects bring the
 trace's items in line with the backend.
 """
@@ -27,6 +28,7 @@ from typing import Any
 from memtap.adapters.graph_state import Graph
 from memtap.ids import new_id
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, TraceEvent, utc_now
+from memtap.trace.privacy import receipt
 from memtap.trace.store import TraceStore
 
 __all__ = [
@@ -114,6 +116,18 @@ def trace_items(store: TraceStore, backend: str) -> dict[str, tuple[str | None, 
     return {item_id: (ns, content, bool(valid)) for item_id, ns, content, valid in rows}
 
 
+def _same_content(trace: str, backend: str) -> bool:
+    """Whether the trace's content is the backend's: the same text, or the receipt a content
+    policy recorded in its place (``hashed``: the same SHA-256; ``none``: the same size)."""
+    if trace == backend:
+        return True
+    if trace.startswith("sha256:"):
+        return trace == receipt(backend, "hashed")
+    if trace.startswith("dropped;bytes="):
+        return trace == receipt(backend, "none")
+    return False
+
+
 def compare(state: BackendState, items: dict[str, tuple[str | None, str, bool]]) -> list[Difference]:
     """Every difference between a backend's state and the trace's items, sorted by kind and id."""
     found: list[Difference] = []
@@ -123,7 +137,7 @@ def compare(state: BackendState, items: dict[str, tuple[str | None, str, bool]])
             found.append(Difference("missing_in_trace", item_id, ns, None, content))
         elif not known[2]:
             found.append(Difference("deleted_in_trace_only", item_id, known[0] or ns, known[1], content))
-        elif known[1] != content:
+        elif not _same_content(known[1], content):
             found.append(Difference("content_differs", item_id, known[0] or ns, known[1], content))
     for item_id, (ns, content, valid) in items.items():
         if valid and item_id not in state.current:

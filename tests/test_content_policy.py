@@ -115,3 +115,27 @@ def test_a_wrapped_servers_tool_call_is_reduced_whole() -> None:
     assert set(event.arguments) == {"entities"} and event.arguments["entities"].startswith("dropped;bytes=")
     assert isinstance(event.result, str) and event.result.startswith("dropped;bytes=")
     assert "KESTREL" not in event.model_dump_json()
+
+
+def test_applying_the_policy_twice_to_one_calls_effects_gives_receipts_of_the_content() -> None:
+    """A cancelled call and the backend committing its write may each build an event from the
+    same effects: each event gets the receipt of the content, never a receipt of a receipt,
+    and the backend's effects keep their content."""
+    from datetime import UTC, datetime
+
+    from memtap.trace.models import Context, EffectKind, MemoryEffect, Op
+
+    privacy = TracePrivacy(ContentPolicy([("*", "hashed")]), secrets=["s3cret-token-1"])
+    effects = [MemoryEffect(kind=EffectKind.ADD, item_id="m1", content_after="PLOVER s3cret-token-1")]
+    now = datetime.now(UTC)
+    built = []
+    for _ in range(2):
+        event = TraceEvent(
+            id="e1", started_at=now, ended_at=now, front_door="t", backend="builtin", tool="memory_add",
+            op=Op.WRITE, context=Context(namespace="n"), arguments={"content": "PLOVER"}, effects=effects,
+        )  # fmt: skip
+        privacy.apply(event)
+        built.append(event)
+    assert built[0].effects[0].content_after == _sha("PLOVER s3cret-token-1")
+    assert built[1].effects == built[0].effects
+    assert effects[0].content_after == "PLOVER s3cret-token-1"

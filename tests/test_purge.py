@@ -257,23 +257,56 @@ def test_purge_of_a_replayed_namespace_reaches_runs_and_the_spill_file(tmp_path:
     namespace = w.ns("upd")
     spill = db_path.with_name(db_path.name + ".unwritten.jsonl")
     spill.write_text(json.dumps({"effects": [{"content_after": GYM_V1}], "namespace": namespace}) + "\n")
+    findings = [  # this namespace's, another namespace's that quotes the item, and one about neither
+        ("f1", namespace, f"changed from {GYM_V0!r}", json.dumps({"after": GYM_V1})),
+        ("f2", "elsewhere", "read another namespace's item", json.dumps({"content": GYM_V0})),
+        ("f3", "elsewhere", "unrelated", json.dumps({"content": "swims on Fridays"})),
+    ]
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.executemany(
+            "INSERT INTO findings (id, kind, severity, severity_rank, summary, event_id, namespace, event_ids,"
+            " item_ids, evidence, detector_version, created_at, dedupe)"
+            " VALUES (?, 'k', 'low', 1, ?, 'e', ?, '[]', '[]', ?, '1', '2026-01-01', ?)",
+            [(i, summary, ns, evidence, i) for i, ns, summary, evidence in findings],
+        )
+    conn.close()
 
     done = _purge(db_path, "--namespace", namespace, "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert [(i["backend"], i["item_id"], i["versions"]) for i in report["items"]] == [("hand", "m1", 2)]
     assert report["tables"]["run_probes"] == 1 and report["tables"]["item_versions"] == 2
+    assert report["tables"]["findings"] == 2
     conn = sqlite3.connect(db_path)
     try:
         texts = [
             str(v)
-            for table in ("events", "effects", "items", "item_versions", "run_probes", "purge_receipts")
+            for table in (
+                "events",
+                "effects",
+                "items",
+                "item_versions",
+                "run_probes",
+                "purge_receipts",
+                "findings",
+            )
             for row in conn.execute(f"SELECT * FROM {table}")
             for v in row
         ]
         answer = conn.execute("SELECT answer FROM run_probes").fetchone()[0]
+        unrelated = conn.execute("SELECT summary, evidence FROM findings WHERE id = 'f3'").fetchone()
     finally:
         conn.close()
     assert not any(GYM_V0 in t or GYM_V1 in t or "CrossFit" in t for t in texts)
     assert answer.startswith("purged;sha256:")
+    assert unrelated == findings[2][2:]
+    again = _purge(db_path, "--namespace", namespace, "--json")  # nothing left to purge: receipts stay
+    assert again.returncode == 0, again.stderr
+    assert "run_probes" not in json.loads(again.stdout)["tables"]
+    conn = sqlite3.connect(db_path)
+    try:
+        assert conn.execute("SELECT answer FROM run_probes").fetchone()[0] == answer
+    finally:
+        conn.close()
     assert GYM_V1 not in spill.read_text() and "purged;sha256:" in spill.read_text()

@@ -359,3 +359,82 @@ async def test_without_the_memory_file_a_killed_write_is_reconciled_by_asking_th
         True,
     )
     assert item is not None and item.is_valid
+
+
+async def test_a_late_write_is_reconciled_under_the_namespaces_content_policy(
+    tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
+) -> None:
+    """The reconciling event is not a served call's: it still holds receipts, never the text."""
+    import hashlib
+
+    memory_file = tmp_path / "memory.jsonl"
+    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
+    server = start_http_server("--config", str(config), "--content-policy", "*=hashed", command="proxy")
+    async with http_client(server.url) as client:
+        await client.call_tool("create_entities", {"entities": [{"name": "dee", "entityType": "person",
+                                                                 "observations": []}]})  # fmt: skip
+        pid = upstream_pid(server)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(MCPError):
+                await client.call_tool("add_observations", add("dee", "HOOPOE nests by the river"))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with anyio.fail_after(20):
+            while "HOOPOE nests by the river" not in file_observations(memory_file).get("dee", []):
+                await anyio.sleep(0.02)
+    assert server.stop() == 0
+    store = TraceStore(server.db)
+    [settled] = [e for e in store.list_events() if e.tool == "upstream/reconcile"]
+    store.close()
+    text = b"HOOPOE nests by the river"
+    assert [(e.kind, e.content_after) for e in settled.effects] == [
+        (EffectKind.ADD, f"sha256:{hashlib.sha256(text).hexdigest()};bytes={len(text)}")
+    ]
+    assert "HOOPOE" not in settled.model_dump_json()
+
+
+def test_verify_finds_a_hashed_namespaces_receipts_equal_to_the_builtin_rows(db_path: Path) -> None:
+    """Under a content policy the trace holds receipts of what the builtin backend holds: the
+    same content, not a difference; a row changed behind memtap's back still is one."""
+    import sqlite3
+
+    from memtap.adapters.builtin import BuiltinBackend
+    from memtap.proxy.service import MemoryService
+    from memtap.trace.privacy import ContentPolicy, TracePrivacy
+    from memtap.trace.writer import Recorder
+
+    async def session() -> list[str]:
+        backend = BuiltinBackend(db_path)
+        recorder = Recorder(db_path, durable=True).start()
+        recorder.privacy = TracePrivacy(ContentPolicy([("hashed-*", "hashed"), ("dropped-*", "none")]))
+        service = MemoryService(backend, recorder)
+        ids = []
+        for ns in ("hashed-1", "dropped-1", "hashed-2"):
+            outcome = await service.call_tool(
+                "memory_add", {"content": f"WAGTAIL in {ns}"}, principal="ann", front_door="test",
+                layers=({"namespace": ns},),
+            )  # fmt: skip
+            ids.append(outcome.value["id"])
+        await backend.close()
+        recorder.close()
+        return ids
+
+    hashed, dropped, changed = anyio.run(session)
+    store = TraceStore(db_path)
+    held = {i: store.get_item(i) for i in (hashed, dropped)}
+    store.close()
+    assert [str(getattr(held[i], "content", "")).split(":")[0].split(";")[0] for i in (hashed, dropped)] == [
+        "sha256", "dropped",
+    ]  # fmt: skip
+    runner = CliRunner()
+    same = runner.invoke(cli, ["verify", "--db", str(db_path), "--builtin", "--json"])
+    assert same.exit_code == 0, same.output
+    assert json.loads(same.output)["differences"] == []
+    with sqlite3.connect(db_path) as conn:  # behind memtap's back
+        conn.execute("UPDATE builtin_memory SET content = 'WAGTAIL moved' WHERE item_id = ?", (changed,))
+    differs = runner.invoke(cli, ["verify", "--db", str(db_path), "--builtin", "--json"])
+    assert differs.exit_code == 1, differs.output
+    assert [(d["kind"], d["item_id"]) for d in json.loads(differs.output)["differences"]] == [
+        ("content_differs", changed)
+    ]

@@ -8,7 +8,6 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,29 +15,13 @@ import anyio
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
+from trace_builder import add_event as _event
 
-from memtap.ids import new_id
 from memtap.probes.targets._server import free_port
 from memtap.trace.calls import CANCELLED
-from memtap.trace.models import Context, EffectKind, MemoryEffect, Op, TraceEvent
 from memtap.trace.writer import Recorder
 
 pytestmark = pytest.mark.anyio
-
-
-def _event(i: int) -> TraceEvent:
-    now = datetime.now(UTC)
-    return TraceEvent(
-        id=new_id(),
-        started_at=now,
-        ended_at=now,
-        front_door="test",
-        backend="builtin",
-        tool="memory_add",
-        op=Op.WRITE,
-        context=Context(namespace="u"),
-        effects=[MemoryEffect(kind=EffectKind.ADD, item_id=f"m{i}", content_after=f"fact {i}")],
-    )
 
 
 def _ids(db: Path) -> list[str]:

@@ -3,34 +3,17 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 import pytest
+from trace_builder import add_event
 
 from memtap.adapters.builtin import BuiltinBackend
 from memtap.errors import StoreError
-from memtap.ids import new_id
 from memtap.proxy.service import MemoryService
-from memtap.trace.models import Context, EffectKind, MemoryEffect, Op, TraceEvent
 from memtap.trace.store import TraceStore
 from memtap.trace.writer import Recorder
-
-
-def _event(i: int) -> TraceEvent:
-    now = datetime.now(UTC)
-    return TraceEvent(
-        id=new_id(),
-        started_at=now,
-        ended_at=now,
-        front_door="test",
-        backend="builtin",
-        tool="memory_add",
-        op=Op.WRITE,
-        context=Context(namespace="u", session=f"s{i % 3}"),
-        effects=[MemoryEffect(kind=EffectKind.ADD, item_id=f"m{i}", content_after=f"fact {i}")],
-    )
 
 
 def _count(db: Path) -> int:
@@ -40,7 +23,7 @@ def _count(db: Path) -> int:
 
 def test_every_submitted_event_is_written_in_batches(db_path: Path) -> None:
     recorder = Recorder(db_path, batch_size=100).start()
-    events = [_event(i) for i in range(1000)]
+    events = [add_event(i) for i in range(1000)]
     futures = [recorder.submit(e) for e in events]
     assert recorder.flush(timeout=30)
     assert all(f.done() and f.exception() is None for f in futures)
@@ -56,7 +39,7 @@ def test_every_submitted_event_is_written_in_batches(db_path: Path) -> None:
 def test_a_full_queue_makes_the_caller_wait_and_is_counted_not_dropped(db_path: Path) -> None:
     recorder = Recorder(db_path, max_queue=5, batch_size=2).start()
     for i in range(300):
-        recorder.submit(_event(i))
+        recorder.submit(add_event(i))
     recorder.close()
     assert _count(db_path) == 300
     assert recorder.stats.overflow_waits > 0
@@ -66,7 +49,7 @@ def test_a_full_queue_makes_the_caller_wait_and_is_counted_not_dropped(db_path: 
 def test_close_flushes_what_is_queued(db_path: Path) -> None:
     recorder = Recorder(db_path).start()
     for i in range(50):
-        recorder.submit(_event(i))
+        recorder.submit(add_event(i))
     recorder.close()
     assert _count(db_path) == 50
 
@@ -75,13 +58,13 @@ def test_submit_after_close_is_an_error_not_a_silent_drop(db_path: Path) -> None
     recorder = Recorder(db_path).start()
     recorder.close()
     with pytest.raises(StoreError, match="not running"):
-        recorder.submit(_event(0))
+        recorder.submit(add_event(0))
 
 
 @pytest.mark.anyio
 async def test_durable_record_returns_only_after_commit(db_path: Path) -> None:
     recorder = Recorder(db_path, durable=True).start()
-    event = _event(1)
+    event = add_event(1)
     await recorder.record(event)
     reader = TraceStore(db_path)
     assert [e.id for e in reader.list_events()] == [event.id]
@@ -97,7 +80,7 @@ async def test_a_locked_database_is_retried_until_it_frees(
     recorder = Recorder(db_path, durable=True, retry_for_s=30).start()
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
     blocker.execute("BEGIN EXCLUSIVE")
-    pending = asyncio.ensure_future(recorder.record(_event(1)))
+    pending = asyncio.ensure_future(recorder.record(add_event(1)))
     with anyio.fail_after(20):  # the writer hits the lock (after its busy timeout) at least once
         while recorder.stats.write_retries == 0:
             await anyio.sleep(0.05)
@@ -117,7 +100,7 @@ async def test_events_that_cannot_be_written_are_spilled_to_a_file_and_reported(
     recorder = Recorder(db_path, durable=True, retry_for_s=0).start()
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
     blocker.execute("BEGIN EXCLUSIVE")
-    event = _event(7)
+    event = add_event(7)
     with pytest.raises(StoreError, match="locked"):
         await asyncio.wait_for(recorder.record(event), 30)
     blocker.execute("ROLLBACK")
@@ -130,10 +113,10 @@ async def test_events_that_cannot_be_written_are_spilled_to_a_file_and_reported(
 
 def test_an_event_the_store_cannot_take_is_spilled_and_the_rest_still_written(db_path: Path) -> None:
     recorder = Recorder(db_path).start()
-    odd_arguments = _event(1).model_copy(update={"arguments": {"content": "broken \ud800 text"}})
-    poison = _event(2)
+    odd_arguments = add_event(1).model_copy(update={"arguments": {"content": "broken \ud800 text"}})
+    poison = add_event(2)
     poison.effects[0].content_after = "unstorable \udfff"
-    later = _event(3)
+    later = add_event(3)
     futures = [recorder.submit(e) for e in (odd_arguments, poison, later)]
     recorder.close()
     assert futures[0].exception() is None and futures[2].exception() is None
@@ -172,9 +155,9 @@ async def test_a_durable_call_whose_commit_fails_tells_the_caller(
 
 def test_a_permanent_store_error_is_not_retried_and_spares_the_rest_of_the_batch(db_path: Path) -> None:
     recorder = Recorder(db_path, retry_for_s=30).start()
-    first = _event(1)
+    first = add_event(1)
     duplicate = first.model_copy()  # same primary key: an integrity error, permanent
-    later = _event(2)
+    later = add_event(2)
     futures = [recorder.submit(e) for e in (first, duplicate, later)]
     recorder.close()
     assert futures[0].exception() is None and futures[2].exception() is None
@@ -190,7 +173,7 @@ def test_close_cuts_the_retry_window_short_and_spills_before_closing_the_store(
     recorder = Recorder(db_path, retry_for_s=600).start()
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
     blocker.execute("BEGIN EXCLUSIVE")
-    event = _event(1)
+    event = add_event(1)
     future = recorder.submit(event)
     thread = recorder._thread
     recorder.close(timeout=3)  # far shorter than the retry window

@@ -1,5 +1,6 @@
-"""Hand-built replayed runs for scoring tests: a small suite, and a run written through the real
-TraceStore (events and effects) and RunStore (runs, run_episodes, run_probes, suite_episodes)."""
+"""Hand-built traces for tests: one memory_add event (``add_event``); and, for scoring tests, a
+small suite and a run written through the real TraceStore (events and effects) and RunStore
+(runs, run_episodes, run_probes, suite_episodes)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,22 @@ GYM_V1 = "The user goes to CrossFit Central."
 SAY_V0 = "I go to FitLife for workouts."
 SAY_V1 = "I switched to CrossFit Central."
 NOISE = "My friend Bob goes to Iron Temple; nothing changes for me."
+
+
+def add_event(i: int) -> TraceEvent:
+    """The event of the i-th memory_add (item m{i}, "fact {i}"), as a front door records it."""
+    now = datetime.now(UTC)
+    return TraceEvent(
+        id=new_id(),
+        started_at=now,
+        ended_at=now,
+        front_door="test",
+        backend="builtin",
+        tool="memory_add",
+        op=Op.WRITE,
+        context=Context(namespace="u", session=f"s{i % 3}"),
+        effects=[MemoryEffect(kind=EffectKind.ADD, item_id=f"m{i}", content_after=f"fact {i}")],
+    )
 
 
 def _at(day: int) -> str:

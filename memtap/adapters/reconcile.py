@@ -247,5 +247,7 @@ class Reconciler:
             result=effects[0].evidence,
             effects=effects,
         )
+        # Not built by recorded_call: the content policy and secret redaction are applied here.
+        recorder.privacy.apply(event)
         self.recorded += 1
         await recorder.record(event)

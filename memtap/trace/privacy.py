@@ -1,7 +1,9 @@
 """Privacy of the trace itself: content policies per namespace, and configured secrets kept out.
 
-:class:`TracePrivacy` is applied to every event in one place, :func:`~memtap.trace.calls.recorded_call`,
-after the event is built and before its span is finished and it is handed to the recorder.
+:class:`TracePrivacy` (``Recorder.privacy``) is applied to every served call's event in
+:func:`~memtap.trace.calls.recorded_call`, after the event is built and before its span is finished
+and it is handed to the recorder; an event recorded outside a served call (reconciliation's
+``upstream/reconcile``) is passed through it before it is handed over.
 So whatever the front door (memory tools, the forwarding proxy, chat, embeddings), the
 database, its WAL, the spill file and the spans hold only what the policy lets through.
 
@@ -238,7 +240,12 @@ class TracePrivacy:
 
     def apply(self, event: TraceEvent, query: str | None = None) -> str | None:
         """Reduce ``event`` in place under its namespace's policy and redact secrets from it.
-        Returns what a span may show of the call's query (None unless the policy is ``full``)."""
+        Returns what a span may show of the call's query (None unless the policy is ``full``).
+
+        Only ``event`` changes: its arguments, result and effects are replaced, never modified,
+        so values it shares with the call (the backend's effects, which a cancelled call and a
+        backend's commit may each build an event from) are left as they are, and applying
+        twice to events built from the same values gives the same event."""
         if not self._active:
             return query
         policy = self.policy.for_namespace(event.context.namespace)
@@ -252,20 +259,21 @@ class TracePrivacy:
 
     def _reduce_event(self, event: TraceEvent, policy: PolicyName) -> None:
         event.arguments, event.result = reduce_bodies(event.tool, event.arguments, event.result, policy)
-        for effect in event.effects:
-            self._reduce_effect(effect, event, policy)
+        event.effects = [self._reduce_effect(effect, event, policy) for effect in event.effects]
 
-    def _reduce_effect(self, effect: MemoryEffect, event: TraceEvent, policy: PolicyName) -> None:
+    def _reduce_effect(self, effect: MemoryEffect, event: TraceEvent, policy: PolicyName) -> MemoryEffect:
         if effect.namespace not in (None, event.context.namespace):
             policy = self.policy.for_namespace(effect.namespace)
             if policy == "full":
-                return
+                return effect
+        effect = effect.model_copy()
         if effect.content_before is not None:
             effect.content_before = receipt(effect.content_before, policy)
         if effect.content_after is not None:
             effect.content_after = receipt(effect.content_after, policy)
         if effect.evidence is not None:  # what reconciliation read: the backend's own state
             effect.evidence = {"receipt": receipt(effect.evidence, policy)}
+        return effect
 
     def _redact_event(self, event: TraceEvent) -> None:
         effects = [
@@ -289,15 +297,18 @@ class TracePrivacy:
                 if isinstance(v, str) and k != "role"
             }
         )
-        for effect in event.effects:
-            effect.item_id = fn(effect.item_id)
-            effect.namespace = fn(effect.namespace) if effect.namespace else effect.namespace
-            if effect.content_before is not None:
-                effect.content_before = fn(effect.content_before)
-            if effect.content_after is not None:
-                effect.content_after = fn(effect.content_after)
-            if effect.evidence is not None:
-                effect.evidence = _map_strings(effect.evidence, fn)
+        event.effects = [
+            effect.model_copy(
+                update={
+                    "item_id": fn(effect.item_id),
+                    "namespace": fn(effect.namespace) if effect.namespace else effect.namespace,
+                    "content_before": _map_strings(effect.content_before, fn),
+                    "content_after": _map_strings(effect.content_after, fn),
+                    "evidence": _map_strings(effect.evidence, fn),
+                }
+            )
+            for effect in event.effects
+        ]
 
 
 class RedactingFilter(logging.Filter):

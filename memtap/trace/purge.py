@@ -28,7 +28,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from memtap.ids import new_id
 from memtap.jsontext import json_text
 from memtap.trace.models import utc_now
 from memtap.trace.privacy import reduce_bodies
-from memtap.trace.scrub import RECEIPT_PREFIXES, metadata_texts, scrub_spill, scrub_text, stamp
+from memtap.trace.scrub import RECEIPT_PREFIXES, Scrubber, metadata_texts, scrub_spill, stamp
 from memtap.trace.sqlite import busy_timeout_ms, describe_sqlite_error
 from memtap.trace.store import TraceStore
 
@@ -204,33 +204,38 @@ class _Purge:
                 )
         return namespaces
 
+    def rewrite(
+        self,
+        table: str,
+        columns: Mapping[str, Callable[[str], str]],
+        where: str = "1",
+        args: Sequence[Any] = (),
+    ) -> None:
+        """Pass each of ``columns`` of ``table``'s rows matching ``where`` through its function
+        (NULL stays NULL) and write back the rows that changed, counting them."""
+        names = list(columns)
+        rows = self.conn.execute(
+            f"SELECT rowid, {', '.join(names)} FROM {table} WHERE {where}", args
+        ).fetchall()
+        assign = ", ".join(f"{name} = ?" for name in names)
+        fns = list(columns.values())
+        for rowid, *old in rows:
+            new = [None if v is None else fn(v) for fn, v in zip(fns, old, strict=True)]
+            if new != old:
+                self.conn.execute(f"UPDATE {table} SET {assign} WHERE rowid = ?", (*new, rowid))
+                self.count(table, 1)
+
     def stamp_items(self, items: list[PurgedItem]) -> None:
+        """The items' content, in the trace, becomes receipts."""
         for item in items:
             key = (item.backend, item.item_id)
-            for table, column in (("items", "content"), ("item_versions", "content")):
-                rows = self.conn.execute(
-                    f"SELECT rowid, {column} FROM {table} WHERE backend = ? AND item_id = ?", key
-                ).fetchall()
-                for rowid, text in rows:
-                    if text and not text.startswith(RECEIPT_PREFIXES):
-                        self.conn.execute(
-                            f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (stamp(text), rowid)
-                        )
-                        self.count(table, 1)
-            rows = self.conn.execute(
-                "SELECT rowid, content_before, content_after FROM effects WHERE backend = ? AND item_id = ?",
-                key,
-            ).fetchall()
-            for rowid, before, after in rows:
-                new = [stamp(t) if t and not t.startswith(RECEIPT_PREFIXES) else t for t in (before, after)]
-                if new != [before, after]:
-                    self.conn.execute(
-                        "UPDATE effects SET content_before = ?, content_after = ? WHERE rowid = ?",
-                        (*new, rowid),
-                    )
-                    self.count("effects", 1)
+            where = "backend = ? AND item_id = ?"
+            self.rewrite("items", {"content": _stamp_content}, where, key)
+            self.rewrite("item_versions", {"content": _stamp_content}, where, key)
+            columns = {"content_before": _stamp_content, "content_after": _stamp_content}
+            self.rewrite("effects", columns, where, key)
 
-    def scrub_events(self, event_ids: list[str], namespace: str | None, texts: list[str]) -> None:
+    def scrub_events(self, event_ids: list[str], namespace: str | None, scrub: Scrubber) -> None:
         for chunk in _chunks(event_ids):
             rows = self.conn.execute(
                 "SELECT id, tool, namespace, arguments, result, error FROM events"
@@ -242,9 +247,9 @@ class _Purge:
                 if namespace is not None and ns == namespace:
                     args_v, result_v = reduce_bodies(tool, args_v, result_v, "hashed")
                 new = (
-                    scrub_text(json_text(args_v), texts),
-                    None if result_v is None else scrub_text(json_text(result_v), texts),
-                    None if error is None else scrub_text(error, texts),
+                    scrub(json_text(args_v)),
+                    None if result_v is None else scrub(json_text(result_v)),
+                    None if error is None else scrub(error),
                 )
                 if new != (arguments, result, error):
                     self.conn.execute(
@@ -253,75 +258,45 @@ class _Purge:
                     )
                     self.count("events", 1)
 
-    def scrub_runs(self, namespace: str | None, texts: list[str]) -> None:
+    def scrub_runs(self, namespace: str | None, scrub: Scrubber) -> None:
+        """Replay answers of the namespace's episodes, and what their probes retrieved."""
         if namespace is None or "run_probes" not in self.tables:
             return
-        rows = self.conn.execute(
-            "SELECT p.rowid, p.answer, p.retrieved FROM run_probes p JOIN run_episodes e"
-            " ON p.run_id = e.run_id AND p.episode_id = e.episode_id AND p.attempt = e.attempt"
-            " WHERE e.namespace = ?",
+        episodes = (
+            "SELECT p.rowid FROM run_probes p JOIN run_episodes e ON p.run_id = e.run_id"
+            " AND p.episode_id = e.episode_id AND p.attempt = e.attempt WHERE e.namespace = ?"
+        )
+        self.rewrite(
+            "run_probes",
+            {"answer": _stamp_content, "retrieved": scrub},
+            f"rowid IN ({episodes})",
             (namespace,),
-        ).fetchall()
-        for rowid, answer, retrieved in rows:
-            new = (None if answer is None else stamp(answer), scrub_text(retrieved, texts))
-            if new != (answer, retrieved):
-                self.conn.execute(
-                    "UPDATE run_probes SET answer = ?, retrieved = ? WHERE rowid = ?", (*new, rowid)
-                )
-                self.count("run_probes", 1)
+        )
 
-    def scrub_scores(self, items: list[PurgedItem], texts: list[str]) -> None:
+    def scrub_scores(self, items: list[PurgedItem], scrub: Scrubber) -> None:
         """Alignment reasons of the purged items and score files may quote their text."""
-        if "alignments" not in self.tables or not texts:
+        if "alignments" not in self.tables or not scrub:
             return
-        for item in items:
-            rows = self.conn.execute(
-                "SELECT rowid, reason FROM alignments WHERE item_id = ?", (item.item_id,)
-            ).fetchall()
-            for rowid, reason in rows:
-                new = scrub_text(reason, texts)
-                if new != reason:
-                    self.conn.execute("UPDATE alignments SET reason = ? WHERE rowid = ?", (new, rowid))
-                    self.count("alignments", 1)
-        for rowid, text in self.conn.execute("SELECT rowid, json FROM scores").fetchall():
-            new = scrub_text(text, texts)
-            if new != text:
-                self.conn.execute("UPDATE scores SET json = ? WHERE rowid = ?", (new, rowid))
-                self.count("scores", 1)
+        for chunk in _chunks(sorted({item.item_id for item in items})):
+            self.rewrite("alignments", {"reason": scrub}, f"item_id IN ({_placeholders(chunk)})", chunk)
+        self.rewrite("scores", {"json": scrub})
 
-    def scrub_evidence(self, items: list[PurgedItem], texts: list[str]) -> None:
+    def scrub_evidence(self, items: list[PurgedItem], scrub: Scrubber) -> None:
         """What reconciliation read of the items (``effects.evidence``) quotes their state."""
         columns = {row[1] for row in self.conn.execute("PRAGMA table_info(effects)")}
-        if "evidence" not in columns or not texts:
+        if "evidence" not in columns or not scrub:
             return
         for item in items:
-            rows = self.conn.execute(
-                "SELECT rowid, evidence FROM effects"
-                " WHERE backend = ? AND item_id = ? AND evidence IS NOT NULL",
-                (item.backend, item.item_id),
-            ).fetchall()
-            for rowid, evidence in rows:
-                new = scrub_text(evidence, texts)
-                if new != evidence:
-                    self.conn.execute("UPDATE effects SET evidence = ? WHERE rowid = ?", (new, rowid))
-                    self.count("effects", 1)
+            where = "backend = ? AND item_id = ? AND evidence IS NOT NULL"
+            self.rewrite("effects", {"evidence": scrub}, where, (item.backend, item.item_id))
 
-    def scrub_findings(self, texts: list[str]) -> None:
+    def scrub_findings(self, scrub: Scrubber) -> None:
         """Findings quote what they judged (summaries and evidence: before/after content, the
         turn that asked for a change), and a cross-namespace finding quotes another namespace's
         item, so every finding is scanned, not only the purged namespace's."""
-        if "findings" not in self.tables or not texts:
+        if "findings" not in self.tables or not scrub:
             return
-        rows = self.conn.execute("SELECT rowid, summary, evidence FROM findings").fetchall()
-        for rowid, summary, evidence in rows:
-            new_summary = scrub_text(summary, texts) if summary else summary
-            new_evidence = scrub_text(evidence, texts) if evidence else evidence
-            if (new_summary, new_evidence) != (summary, evidence):
-                self.conn.execute(
-                    "UPDATE findings SET summary = ?, evidence = ? WHERE rowid = ?",
-                    (new_summary, new_evidence, rowid),
-                )
-                self.count("findings", 1)
+        self.rewrite("findings", {"summary": scrub, "evidence": scrub})
 
     def write_receipts(self, items: list[PurgedItem], by: str) -> None:
         at = utc_now().isoformat()
@@ -333,6 +308,11 @@ class _Purge:
                  len(item.contents), json_text(item.receipt())),
             )  # fmt: skip
         self.count("purge_receipts", len(items))
+
+
+def _stamp_content(text: str) -> str:
+    """A purged item's content becomes its receipt (what already is a receipt stays)."""
+    return stamp(text) if text and not text.startswith(RECEIPT_PREFIXES) else text
 
 
 def _chunks(values: Sequence[str], size: int = 500) -> Iterable[list[str]]:
@@ -396,12 +376,13 @@ def purge(
             texts = sorted({t for item in items for t in item.contents}, key=len, reverse=True)
             events = job.related_events(namespace, items)
             job.remove_builtin(items)
+            scrub = Scrubber(texts)
             job.stamp_items(items)
-            job.scrub_events(events, namespace, texts)
-            job.scrub_runs(namespace, texts)
-            job.scrub_scores(items, texts)
-            job.scrub_evidence(items, texts)
-            job.scrub_findings(texts)
+            job.scrub_events(events, namespace, scrub)
+            job.scrub_runs(namespace, scrub)
+            job.scrub_scores(items, scrub)
+            job.scrub_evidence(items, scrub)
+            job.scrub_findings(scrub)
             job.write_receipts(items, by)
         except BaseException:
             conn.execute("ROLLBACK")
@@ -417,5 +398,5 @@ def purge(
         raise StoreError(describe_sqlite_error(db, exc)) from exc
     finally:
         conn.close()
-    scrub_spill(db, sorted({t for item in report.items for t in item.contents}, key=len, reverse=True))
+    scrub_spill(db, texts)
     return report

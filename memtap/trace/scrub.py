@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-__all__ = ["MIN_SUBSTRING", "RECEIPT_PREFIXES", "metadata_texts", "scrub_spill", "scrub_text", "stamp"]
+__all__ = ["MIN_SUBSTRING", "RECEIPT_PREFIXES", "Scrubber", "metadata_texts", "scrub_spill", "stamp"]
 
 # Texts shorter than this are replaced only where they are a whole value, never inside other
 # text: replacing every "ok" in a trace would destroy it, and could not identify anyone.
@@ -48,18 +48,29 @@ def metadata_texts(metadata: str | None) -> list[str]:
     return out
 
 
-def scrub_text(text: str, texts: list[str]) -> str:
-    """``text`` with every purged text in it (as it is, or JSON-escaped) replaced by its receipt;
-    short texts only where they are a whole JSON string."""
-    for purged in texts:
-        receipt = stamp(purged)
-        for form in _forms(purged):
-            if len(purged) >= MIN_SUBSTRING:
-                if form in text:
-                    text = text.replace(form, receipt)
-            elif f'"{form}"' in text:
-                text = text.replace(f'"{form}"', f'"{receipt}"')
-    return text
+class Scrubber:
+    """Replaces every purged text in a text (as it is, or JSON-escaped) by its receipt; short
+    texts only where they are a whole JSON string. Each spelling and its receipt are worked out
+    once, however many rows are scrubbed."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.replacements: list[tuple[str, str]] = []
+        for purged in texts:
+            receipt = stamp(purged)
+            for form in _forms(purged):
+                if len(purged) >= MIN_SUBSTRING:
+                    self.replacements.append((form, receipt))
+                else:
+                    self.replacements.append((f'"{form}"', f'"{receipt}"'))
+
+    def __bool__(self) -> bool:
+        return bool(self.replacements)
+
+    def __call__(self, text: str) -> str:
+        for needle, receipt in self.replacements:
+            if needle in text:
+                text = text.replace(needle, receipt)
+        return text
 
 
 def scrub_spill(db: Path, texts: list[str]) -> None:
@@ -67,6 +78,6 @@ def scrub_spill(db: Path, texts: list[str]) -> None:
     spill = db.with_name(db.name + ".unwritten.jsonl")
     if texts and spill.exists():
         original = spill.read_text(encoding="utf-8", errors="surrogateescape")
-        scrubbed = scrub_text(original, texts)
+        scrubbed = Scrubber(texts)(original)
         if scrubbed != original:
             spill.write_text(scrubbed, encoding="utf-8", errors="surrogateescape")
