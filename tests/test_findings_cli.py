@@ -137,7 +137,8 @@ def test_text_output_writes_control_characters_from_the_trace_as_escapes(tmp_pat
     [finding] = [
         json.loads(line) for line in _run("findings", "list", "--db", str(db), "--json")[1].splitlines()
     ]
-    shown = _run("findings", "show", "--db", str(db), finding["id"])[1]
+    shown = _run("findings", "show", "--db", str(db), finding["id"][:8])[1]  # a unique prefix
+    assert "no finding '_'" in _one_line_error("findings", "show", "--db", str(db), "_")  # no wildcards
     assert code == 0 and finding["kind"] == "cross_namespace" and finding["namespace"] == hostile
     for out in (checked, listed, shown):
         assert not any(c in out for c in "\x1b\x07\x9b"), out
