@@ -22,6 +22,7 @@ from memtap.trace.sqlite import open_database
 from memtap.trace.store import TraceStore
 from memtap.ui import create_ui_app
 from memtap.ui.app import word_diff
+from memtap.ui.queries import DENIAL_SQL
 
 pytestmark = pytest.mark.anyio
 
@@ -61,6 +62,27 @@ def test_unknown_ids_get_a_404_page_that_names_them(tmp_path: Path) -> None:
         assert says in response.text, url
 
 
+@pytest.mark.parametrize("cursor", ["abc", "-1", "0", "²", "9" * 20, "9" * 5000])
+def test_a_bad_findings_cursor_gets_a_400_page_that_names_it(tmp_path: Path, cursor: str) -> None:
+    client = TestClient(create_ui_app(_blank(tmp_path / "t.db")), raise_server_exceptions=False)
+    response = client.get("/findings", params={"before": cursor})
+    assert response.status_code == 400, cursor
+    assert response.headers["content-type"].startswith("text/html")
+    assert "Bad request" in response.text and "is not a row number" in response.text
+
+
+def test_odd_cursors_and_filters_never_get_a_500(tmp_path: Path) -> None:
+    client = TestClient(create_ui_app(_blank(tmp_path / "t.db")), raise_server_exceptions=False)
+    for value in ["abc", "9" * 400, "%FF", "%00", "' OR 1=1 --", "</script>"]:
+        for url in [
+            "/events?before={}", "/events?op={}&status={}", "/api/events?after={}&namespace={}",
+            "/memory?after={}", "/memory/items?namespace={}&after={}", "/findings?denied_before={}",
+            "/findings?kind={}&severity={}", "/runs?before={}", "/compare?a={}&b={}",
+        ]:  # fmt: skip
+            response = client.get(url.replace("{}", value))
+            assert response.status_code in (200, 404), (url, value)
+
+
 def test_an_old_database_is_migrated_with_the_dashboard_indexes(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     db = open_database(path, MIGRATIONS)
@@ -82,8 +104,21 @@ def test_an_old_database_is_migrated_with_the_dashboard_indexes(tmp_path: Path) 
                 "EXPLAIN QUERY PLAN SELECT * FROM events WHERE op = 'write' ORDER BY id DESC LIMIT 51"
             )
         )
-    assert {"events_op_id", "events_namespace_id", "events_upstream_id", "items_namespace_id"} <= names
+    assert {"events_op_id", "events_namespace_id", "events_upstream_id", "items_namespace"} <= names
     assert "events_op_id" in plan and "TEMP B-TREE" not in plan
+
+
+def test_the_denials_list_reads_its_partial_index_not_every_event(tmp_path: Path) -> None:
+    path = _blank(tmp_path / "t.db")
+    with sqlite3.connect(path) as conn:
+        plans = [
+            " ".join(str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+            for sql, params in [
+                (f"SELECT * FROM events WHERE ({DENIAL_SQL}) ORDER BY id DESC LIMIT ?", (51,)),
+                (f"SELECT * FROM events WHERE ({DENIAL_SQL}) AND id < ? ORDER BY id DESC LIMIT ?", ("z", 51)),
+            ]
+        ]
+    assert all("USING INDEX events_denials" in plan for plan in plans), plans
 
 
 async def test_hostile_and_invalid_content_is_shown_as_text(

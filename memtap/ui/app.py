@@ -64,6 +64,16 @@ def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
     return out
 
 
+def rowid_cursor(text: str | None) -> int | None:
+    """A ``before=`` cursor over rowids: None when absent, else a positive SQLite integer, or a 400
+    that names it (``?before=abc``, ``²`` or a number past 2**63 is the client's mistake)."""
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and 0 < int(text) < 2**63):
+        raise HTTPException(400, f"before={text[:40]!r} is not a row number (a positive integer)")
+    return int(text)
+
+
 def _pretty(value: Any) -> str:
     if isinstance(value, str):
         value = loads(value)
@@ -211,15 +221,16 @@ def create_ui_app(
         return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 
     def event(request: Request) -> Response:
-        found = reader.event(request.path_params["event_id"])
-        if found is None or not readable(request)(found):
+        found, check = reader.event(request.path_params["event_id"]), readable(request)
+        if found is None or not check(found):
             raise HTTPException(404, f"no event {request.path_params['event_id']!r}")
+        for key in ("linked", "children"):  # the related calls it may see, not another namespace's
+            found[key] = [e for e in found[key] if check(e)]
         split = chat_split(reader, found)
         return page(request, "event.html", event=found, context=loads(found["context"]), chat_hw=split)
 
     def namespaces(request: Request) -> Response:
-        rows, nxt = reader.namespaces(after=request.query_params.get("after"))
-        rows = [r for r in rows if readable(request)(r)]
+        rows, nxt = reader.namespaces(after=request.query_params.get("after"), visible=readable(request))
         return page(request, "namespaces.html", namespaces=rows, next=nxt)
 
     def items(request: Request) -> Response:
@@ -236,6 +247,14 @@ def create_ui_app(
             raise HTTPException(404, f"no item {item_id!r} in backend {backend!r}")
         return page(request, "item.html", item=found)
 
+    def visible_findings(request: Request, rows: list[Row]) -> list[Row]:
+        """The findings the caller may read: by their namespace, or, with none, by their event's."""
+        if not caller_of(request).restricted:
+            return rows
+        check = readable(request)
+        heads = reader.event_heads([r["event_id"] for r in rows if not r.get("namespace")])
+        return [r for r in rows if check(r if r.get("namespace") else heads.get(r["event_id"], {}))]
+
     def findings(request: Request) -> Response:
         """The detectors' findings (by severity and kind), then the gate's own denials and the
         refused calls, which are shown whether or not a detector turned them into findings."""
@@ -244,16 +263,15 @@ def create_ui_app(
         kind, severity = query.get("kind") or None, query.get("severity") or None
         rows: list[Any] = []
         nxt = None
-        if reader.has_table("findings"):
-            rows, nxt = reader.findings(
-                before=int(before) if before and before.isdigit() else None, kind=kind, severity=severity
-            )
-            rows = [r for r in rows if not r.get("namespace") or readable(request)(r)]
+        table = reader.has_table("findings")
+        if table:
+            rows, nxt = reader.findings(before=rowid_cursor(before), kind=kind, severity=severity)
+            rows = visible_findings(request, rows)
         denials, cursor = reader.denials(before=denied_before, visible=readable(request))
         return page(
             request,
             "findings.html",
-            table=reader.has_table("findings"),
+            table=table,
             findings=rows,
             next=nxt,
             denials=denials,
@@ -263,12 +281,15 @@ def create_ui_app(
         )
 
     def run_visible(request: Request, run_id: str) -> bool:
+        if not caller_of(request).restricted:
+            return True
         check = readable(request)
         return all(check({"namespace": ns}) for ns in reader.run_namespaces(run_id))
 
     def runs(request: Request) -> Response:
-        rows, nxt = reader.runs(before=request.query_params.get("before"))
-        rows = [r for r in rows if run_visible(request, r["id"])]
+        rows, nxt = reader.runs(
+            before=request.query_params.get("before"), visible=lambda r: run_visible(request, r["id"])
+        )
         return page(request, "runs.html", runs=rows, next=nxt)
 
     def run(request: Request) -> Response:
@@ -314,9 +335,11 @@ def create_ui_app(
             live = {k: v for k, v in live.items() if policy.may_call_upstream(caller, k)}
         return page(request, "upstreams.html", live=live, stats=stats)
 
-    async def not_found(request: Request, exc: Exception) -> Response:
-        detail = exc.detail if isinstance(exc, HTTPException) else "not found"
-        return page(request, "404.html", status=404, detail=detail)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+        title = {400: "Bad request", 404: "Not found"}.get(status, f"Error {status}")
+        return page(request, "error.html", status=status, title=title, detail=detail)
 
     routes = [
         Route("/", home, name="home"),
@@ -329,7 +352,7 @@ def create_ui_app(
         Route("/memory/items/{backend}/{item_id:path}", item, name="item"),
         Route("/findings", findings, name="findings"),
         Route("/runs", runs, name="runs"),
-        Route("/runs/{run_id}", run, name="run"),
+        Route("/runs/{run_id:path}", run, name="run"),
         Route("/compare", compare, name="compare"),
         Route("/upstreams", upstream_page, name="upstreams"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
@@ -337,5 +360,5 @@ def create_ui_app(
     middleware = [Middleware(LoopbackHostOnly)] if loopback_only else []
     if authentication is not None:
         middleware.append(Middleware(Gate, authentication=authentication))
-    app = Starlette(routes=routes, middleware=middleware, exception_handlers={404: not_found})
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: http_error})
     return app

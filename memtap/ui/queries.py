@@ -18,11 +18,17 @@ __all__ = ["EVENT_FILTERS", "LIVE_BATCH", "PAGE", "Reader", "event_summary", "lo
 PAGE = 50
 LIVE_BATCH = 500  # the most events one poll of the live view returns; it polls again at once when full
 EVENT_FILTERS = ("op", "namespace", "session", "principal", "upstream", "run_id", "status")
+# Word for word the WHERE of the partial index events_denials (migration m021): SQLite uses the
+# index only for this exact expression (tests/test_ui_pages.py checks the plan).
 DENIAL_SQL = (
     "(status = 'error' AND (error LIKE '%may not %' OR error LIKE '%contradicts%')) "
     "OR gate LIKE 'observe:would-deny%' OR gate LIKE 'enforce:withheld=%'"
 )
+RELATED = "id, tool, op, status, namespace, principal"  # a linked call's line, and who may see it
 Row = dict[str, Any]
+Visible = Callable[[Row], bool]
+CHUNK = 500  # rows read per query while filling a restricted caller's page of namespaces or runs
+CHUNKS = 20  # and at most this many queries per page
 
 
 def loads(text: str | None) -> Any:
@@ -163,7 +169,7 @@ class Reader:
             return None
         event = self._with_effects([found])[0]
         event["children"] = self._all(
-            "SELECT id, tool, op, status, namespace FROM events WHERE parent_id = ? ORDER BY id LIMIT 100",
+            f"SELECT {RELATED} FROM events WHERE parent_id = ? ORDER BY id LIMIT 100",
             (event_id,),
         )
         links = loads(event.get("links")) or []
@@ -171,12 +177,16 @@ class Reader:
         if event.get("parent_id"):
             ids.append(event["parent_id"])
         marks = ",".join("?" * len(ids))
-        event["linked"] = (
-            self._all(f"SELECT id, tool, op, status, namespace FROM events WHERE id IN ({marks})", ids)
-            if ids
-            else []
-        )
+        event["linked"] = self._all(f"SELECT {RELATED} FROM events WHERE id IN ({marks})", ids) if ids else []
         return event
+
+    def event_heads(self, ids: Sequence[str]) -> dict[str, Row]:
+        """Who made events ``ids`` and on which namespace (what a visibility check needs), by id."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        sql = f"SELECT id, tool, principal, namespace FROM events WHERE id IN ({marks})"
+        return {row["id"]: row for row in self._all(sql, list(ids))}
 
     def denials(self, *, before: str | None, visible: Callable[[Row], bool]) -> tuple[list[Row], str | None]:
         return self.events({}, before=before, visible=visible, where=DENIAL_SQL)
@@ -203,15 +213,41 @@ class Reader:
 
     # memory
 
-    def namespaces(self, *, after: str | None) -> tuple[list[Row], str | None]:
-        sql = (
-            "SELECT namespace, count(*) AS items, sum(valid_to IS NULL) AS current "
-            "FROM items INDEXED BY items_namespace "  # covering: no row lookups
-            "WHERE namespace IS NOT NULL" + (" AND namespace > ?" if after else "")
-        )
-        sql += " GROUP BY namespace ORDER BY namespace LIMIT ?"
-        rows = self._all(sql, [*([after] if after else []), PAGE + 1])
-        return rows[:PAGE], rows[PAGE - 1]["namespace"] if len(rows) > PAGE else None
+    def _visible_page(
+        self, fetch: Callable[[str | None, int], list[Row]], key: str, cursor: str | None, visible: Visible
+    ) -> tuple[list[Row], str | None]:
+        """Up to ``PAGE`` rows that ``visible`` keeps, from ``fetch(cursor, n)`` (at most ``n`` rows
+        past ``cursor`` in key order), a bounded number of chunks. The cursor returned is the key
+        of the last row shown, so the next-page link never names a row the caller may not see
+        (only a run of ``CHUNKS * CHUNK`` rows it may not see, none shown, yields a hidden one)."""
+        found: list[Row] = []
+        for attempt in range(CHUNKS):
+            size = PAGE if attempt == 0 else CHUNK  # a caller who sees every row reads one page
+            rows = fetch(cursor, size + 1)
+            for i, row in enumerate(rows[:size]):
+                if visible(row):
+                    found.append(row)
+                    if len(found) == PAGE:
+                        more = len(rows) > size or i < len(rows) - 1
+                        return found, row[key] if more else None
+                cursor = row[key]
+            if len(rows) <= size:
+                return found, None
+        return found, found[-1][key] if found else cursor
+
+    def namespaces(
+        self, *, after: str | None, visible: Visible = lambda _: True
+    ) -> tuple[list[Row], str | None]:
+        def fetch(cursor: str | None, n: int) -> list[Row]:
+            sql = (
+                "SELECT namespace, count(*) AS items, sum(valid_to IS NULL) AS current "
+                "FROM items INDEXED BY items_namespace "  # covering: no row lookups
+                "WHERE namespace IS NOT NULL" + (" AND namespace > ?" if cursor else "")
+            )
+            sql += " GROUP BY namespace ORDER BY namespace LIMIT ?"
+            return self._all(sql, [*([cursor] if cursor else []), n])
+
+        return self._visible_page(fetch, "namespace", after, visible)
 
     def items(self, namespace: str, *, after: str | None) -> tuple[list[Row], str | None]:
         sql = "SELECT * FROM items WHERE namespace = ?" + (" AND item_id > ?" if after else "")
@@ -247,14 +283,24 @@ class Reader:
 
     # runs
 
-    def runs(self, *, before: str | None) -> tuple[list[Row], str | None]:
-        sql = "SELECT * FROM runs" + (" WHERE id < ?" if before else "") + " ORDER BY id DESC LIMIT ?"
-        rows = self._all(sql, [*([before] if before else []), PAGE + 1])
+    def runs(self, *, before: str | None, visible: Visible = lambda _: True) -> tuple[list[Row], str | None]:
+        """The newest runs ``visible`` keeps, each with its latest score's id and time (``scored``)."""
+
+        def fetch(cursor: str | None, n: int) -> list[Row]:
+            sql = "SELECT * FROM runs" + (" WHERE id < ?" if cursor else "") + " ORDER BY id DESC LIMIT ?"
+            return self._all(sql, [*([cursor] if cursor else []), n])
+
+        rows, nxt = self._visible_page(fetch, "id", before, visible)
+        marks = ",".join("?" * len(rows))
+        latest = self._all(
+            "SELECT run_id, id, created_at FROM scores WHERE id IN "
+            f"(SELECT max(id) FROM scores WHERE run_id IN ({marks}) GROUP BY run_id)",
+            [r["id"] for r in rows],
+        )
+        scored = {s["run_id"]: s for s in latest}
         for run in rows:
-            run["scored"] = self._one(
-                "SELECT id, created_at FROM scores WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run["id"],)
-            )
-        return rows[:PAGE], rows[PAGE - 1]["id"] if len(rows) > PAGE else None
+            run["scored"] = scored.get(run["id"])
+        return rows, nxt
 
     def run(self, run_id: str) -> Row | None:
         run = self._one("SELECT * FROM runs WHERE id = ?", (run_id,))
