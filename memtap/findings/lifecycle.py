@@ -17,6 +17,7 @@ from memtap.findings.facts import (
     is_correction,
     near_equal,
     normalise,
+    strings_in,
 )
 from memtap.findings.model import Finding, Severity, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
@@ -75,22 +76,11 @@ def surviving(
     return False
 
 
-def argument_strings(value: object) -> set[str]:
-    """Every string in a call's arguments (ids, contents, names), recursively."""
-    if isinstance(value, str):
-        return {value}
-    if isinstance(value, dict):
-        return set().union(*(argument_strings(v) for v in value.values())) if value else set()
-    if isinstance(value, list):
-        return set().union(*(argument_strings(v) for v in value)) if value else set()
-    return set()
-
-
 def requested_removals(event: TraceEvent) -> set[str]:
     """The item ids of the removals (deletes, updates) the call asked for. When the arguments name
     some removed item (by id or exact content), only the named ones were asked for; when they name
     none (an entity name, a filter), every removal of a delete or update call counts as asked for."""
-    strings = argument_strings(event.arguments)
+    strings = set(strings_in(event.arguments))
     removals = [e for e in event.effects if e.kind in _REMOVALS]
     named = {e.item_id for e in removals if e.item_id in strings or (e.content_before or "\0") in strings}
     if named:
@@ -270,7 +260,7 @@ class ReaddDeletes:
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if event.op not in (Op.WRITE, Op.UPDATE) or not has_effect(event, (EffectKind.DELETE,)):
             return
-        wanted = sorted(t for t in argument_strings(event.arguments) if len(t) >= 3) + written_texts(event)
+        wanted = sorted({t for t in strings_in(event.arguments) if len(t) >= 3}) + written_texts(event)
         if not wanted:
             return
         for eff in event.effects:
