@@ -79,6 +79,7 @@ def missed(rows: list[Row]) -> list[str]:
         if r.lost and not bounded:
             found.append(f"{r.scenario} ({r.mode}): {r.lost} acknowledged calls lost")
         for what, value in (("duplicated", r.duplicated), ("late", r.late), ("items wrong", r.items_wrong),
+                            ("refused without a clear message", r.unclear),
                             ("trace/state differences after reconciliation", r.differences)):  # fmt: skip
             if value:
                 found.append(f"{r.scenario} ({r.mode}): {value} {what}")

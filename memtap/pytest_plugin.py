@@ -47,14 +47,6 @@ class MemtapServer(InProcessServer):
 
     # -- reading back ----------------------------------------------------------------
 
-    def settle(self) -> None:
-        """Wait until every call so far is recorded and examined by the detectors."""
-        assert self.runtime is not None, "memtap is not running"
-        if not self.runtime.recorder.flush():
-            raise AssertionError(f"the trace was not written in time: {self.runtime.recorder.stats_dict()}")
-        if self.runtime.findings is not None and not self.runtime.findings.wait_idle():
-            raise AssertionError("the detectors did not catch up in time")
-
     def _store(self) -> TraceStore:
         self.settle()
         return TraceStore(self.db)

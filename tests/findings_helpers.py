@@ -25,10 +25,8 @@ def faulty_server(fault: str = "") -> dict[str, Any]:
 
 def settled_findings(served: Any, kind: str | None = None) -> list[Finding]:
     """The findings live detection stored, once every recorded event has been examined."""
-    runtime = served.runtime
-    assert runtime is not None and runtime.findings is not None
-    assert runtime.recorder.flush()
-    assert runtime.findings.wait_idle()
+    assert served.runtime is not None and served.runtime.findings is not None, "live detection is off"
+    served.settle()
     store = TraceStore(served.db)
     try:
         return list_findings(store.db, kind=kind)

@@ -116,6 +116,35 @@ def test_check_bad_input_is_one_line_with_exit_2(faulty_db: Path, tmp_path: Path
         assert f"{not_a_trace} is not a memtap database" in err
 
 
+def test_text_output_writes_control_characters_from_the_trace_as_escapes(tmp_path: Path) -> None:
+    from memtap.ids import new_id
+    from memtap.trace.models import Context, Op, TraceEvent, utc_now
+    from memtap.trace.store import TraceStore
+
+    hostile = "\x1b]0;pwned\x07\x1b[2J\x9b31m"
+    now = utc_now()
+    refused = TraceEvent(
+        id=new_id(), started_at=now, ended_at=now, front_door="mcp-http", backend="builtin",
+        tool="memory_search", op=Op.RETRIEVE, context=Context(namespace=hostile, principal="bob"),
+        arguments={"query": "x"}, status="error", error=f"principal 'bob' may not read namespace {hostile}",
+    )  # fmt: skip
+    db = tmp_path / "hostile.db"
+    store = TraceStore(db)
+    store.write_events([refused])
+    store.close()
+    code, checked, _ = _run("check", "--db", str(db), "--fail-on", "critical")
+    listed = _run("findings", "list", "--db", str(db))[1]
+    [finding] = [
+        json.loads(line) for line in _run("findings", "list", "--db", str(db), "--json")[1].splitlines()
+    ]
+    shown = _run("findings", "show", "--db", str(db), finding["id"][:8])[1]  # a unique prefix
+    assert "no finding '_'" in _one_line_error("findings", "show", "--db", str(db), "_")  # no wildcards
+    assert code == 0 and finding["kind"] == "cross_namespace" and finding["namespace"] == hostile
+    for out in (checked, listed, shown):
+        assert not any(c in out for c in "\x1b\x07\x9b"), out
+        assert "\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m" in out
+
+
 def test_a_database_from_before_findings_is_migrated_by_check(faulty_db: Path) -> None:
     with sqlite3.connect(faulty_db) as db:
         db.execute("DROP TABLE findings")

@@ -13,6 +13,8 @@ from findings_helpers import FAULTY
 from memtap.cli.main import cli
 from memtap.probes.generators import generate
 from memtap.probes.suitefile import write_suite
+from memtap.trace.models import EffectKind
+from memtap.trace.store import TraceStore
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
@@ -37,9 +39,17 @@ def test_check_fails_the_overwriting_backends_replay_and_passes_the_builtin_ones
     code, out, _ = _cli("check", "--db", str(faulty_db), "--fail-on", "high", "--json")
     assert code == 1
     flagged = [json.loads(line) for line in out.splitlines()]
-    erased = [f for f in flagged if f["kind"] == "erasure" and f["severity"] == "high"]
-    assert erased and all(f["evidence"]["requested_by_call"] is False for f in erased)
-    assert all(f["evidence"]["removed"] == "delete" and f["evidence"]["lost_facts"] for f in erased)
+    # Every finding is a high erasure: one for each observation the backend deleted on its own
+    # (the replay never asks for a delete), naming the facts it lost.
+    store = TraceStore(faulty_db)
+    deleted = sorted(
+        eff.item_id for e in store.list_events() for eff in e.effects if eff.kind == EffectKind.DELETE
+    )
+    store.close()
+    assert deleted and sorted(f["item_ids"][0] for f in flagged) == deleted
+    assert {(f["kind"], f["severity"], f["evidence"]["removed"], f["evidence"]["requested_by_call"])
+            for f in flagged} == {("erasure", "high", "delete", False)}  # fmt: skip
+    assert all(f["evidence"]["lost_facts"] for f in flagged)
 
     code, out, _ = _cli("check", "--db", str(builtin_db), "--fail-on", "high", "--json")
     assert code == 0, out

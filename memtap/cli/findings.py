@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +12,15 @@ import click
 
 from memtap.cli.options import db_option, json_option, open_store
 from memtap.errors import ConfigError
+
+# Findings quote what clients and wrapped servers sent (errors, item ids, namespaces): shown on a
+# terminal, their control characters are written as escapes, never sent to the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _shown(value: object) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+
 
 SEVERITIES = click.Choice(["info", "low", "medium", "high", "critical"])
 
@@ -91,7 +101,9 @@ def check(
     else:
         for finding in result.findings:
             click.echo(
-                f"{finding.severity.label:8}  {finding.kind:19}  {finding.event_id}  {finding.summary}"
+                _shown(
+                    f"{finding.severity.label:8}  {finding.kind:19}  {finding.event_id}  {finding.summary}"
+                )
             )
         counts: dict[str, int] = {}
         for finding in result.findings:
@@ -156,7 +168,10 @@ def list_findings(
             click.echo(json.dumps(finding.as_dict(), ensure_ascii=False, default=str))
     elif found:
         rows = [
-            [f.id or "", f.severity.label, f.kind, f.namespace or "", f.event_id, f.summary[:80]]
+            [
+                _shown(c)
+                for c in (f.id or "", f.severity.label, f.kind, f.namespace or "", f.event_id, f.summary[:80])
+            ]
             for f in found
         ]
         click.echo(table(["id", "severity", "kind", "namespace", "event", "summary"], rows))
@@ -200,6 +215,7 @@ def show(db: Path | None, finding_id: str, as_json: bool) -> None:
         "created_at",
     ):
         if data[key] not in (None, []):
-            click.echo(f"{key}: {data[key]}")
+            click.echo(_shown(f"{key}: {data[key]}"))
     click.echo("evidence:")
-    click.echo(json.dumps(data["evidence"], ensure_ascii=False, indent=2, default=str))
+    evidence = json.dumps(data["evidence"], ensure_ascii=False, indent=2, default=str)
+    click.echo("\n".join(_shown(line) for line in evidence.splitlines()))

@@ -157,7 +157,7 @@ def gen(
     or lifecycle (DyadMem-style capture and update gold), or canary (the isolation canary:
     --users users with secret canaries, --writes, --updates and --searches, then every user
     probed for every other's canaries; one episode, --episodes does not apply)."""
-    from memtap.probes.generators import CANARY_DEFAULTS, generate, generate_canary
+    from memtap.probes.generators import generate, generate_canary
     from memtap.probes.suitefile import check_episodes
 
     if config is not None and paraphrase is None:
@@ -169,7 +169,7 @@ def gen(
     if kind != "canary" and given:
         raise click.UsageError(f"{', '.join(given)} apply to the canary generator only")
     if kind == "canary":
-        chosen = {name: CANARY_DEFAULTS[name] if value is None else value for name, value in sizes.items()}
+        chosen = {name: value for name, value in sizes.items() if value is not None}
         made = generate_canary(seed, shared_namespace=shared_namespace, **chosen)
     else:
         made = generate(kind, seed=seed, episodes=episodes)

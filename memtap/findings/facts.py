@@ -8,6 +8,7 @@ text always gives the same facts and a detector's evidence can be checked by han
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "is_correction",
     "near_equal",
     "normalise",
+    "strings_in",
     "words",
 ]
 
@@ -203,6 +205,20 @@ _OLD_VALUE = re.compile(
     r"\b(?:from|instead of|no longer|not|rather than|previously|formerly|used to be|was)\s+"
     r"((?:[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)|\d+(?:[.,:]\d+)*|[a-z][\w-]*)",
 )
+
+
+def strings_in(value: object, skip_keys: frozenset[str] = frozenset()) -> Iterator[str]:
+    """Every string in a JSON value (ids, contents, names), recursively; what ``skip_keys`` hold
+    is left out."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            if key not in skip_keys:
+                yield from strings_in(inner, skip_keys)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from strings_in(inner, skip_keys)
 
 
 def normalise(text: str) -> str:

@@ -17,6 +17,7 @@ from memtap.findings.facts import (
     is_correction,
     near_equal,
     normalise,
+    strings_in,
 )
 from memtap.findings.model import Finding, Severity, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
@@ -36,11 +37,12 @@ _DUPLICATE_SCAN_LIMIT = 500  # live items of a similar size compared per write, 
 
 
 _REMOVALS = (EffectKind.DELETE, EffectKind.UPDATE)
+_WRITES = (EffectKind.ADD, EffectKind.UPDATE)
 
 
-def removes(event: TraceEvent, kinds: tuple[EffectKind, ...] = _REMOVALS) -> bool:
-    """Whether the event has an effect of ``kinds`` (most events, adds and retrievals, have none:
-    the rules about removals return before walking their arguments)."""
+def has_effect(event: TraceEvent, kinds: tuple[EffectKind, ...]) -> bool:
+    """Whether the event has an effect of ``kinds``: a rule returns at once for the events it is
+    not about (most events remove nothing; a quarter are retrievals that write nothing)."""
     return any(e.kind in kinds for e in event.effects)
 
 
@@ -74,22 +76,11 @@ def surviving(
     return False
 
 
-def argument_strings(value: object) -> set[str]:
-    """Every string in a call's arguments (ids, contents, names), recursively."""
-    if isinstance(value, str):
-        return {value}
-    if isinstance(value, dict):
-        return set().union(*(argument_strings(v) for v in value.values())) if value else set()
-    if isinstance(value, list):
-        return set().union(*(argument_strings(v) for v in value)) if value else set()
-    return set()
-
-
 def requested_removals(event: TraceEvent) -> set[str]:
     """The item ids of the removals (deletes, updates) the call asked for. When the arguments name
     some removed item (by id or exact content), only the named ones were asked for; when they name
     none (an entity name, a filter), every removal of a delete or update call counts as asked for."""
-    strings = argument_strings(event.arguments)
+    strings = set(strings_in(event.arguments))
     removals = [e for e in event.effects if e.kind in _REMOVALS]
     named = {e.item_id for e in removals if e.item_id in strings or (e.content_before or "\0") in strings}
     if named:
@@ -118,7 +109,7 @@ class Erasure:
         self._undetermined: set[tuple[str, str | None]] = set()
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
-        if not removes(event):
+        if not has_effect(event, _REMOVALS):
             return
         skip = touched(event)
         asked = requested_removals(event)
@@ -267,9 +258,9 @@ class ReaddDeletes:
     rule = "a write-op call deletes an item whose content near-equals what the call writes"
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
-        if event.op not in (Op.WRITE, Op.UPDATE) or not removes(event, (EffectKind.DELETE,)):
+        if event.op not in (Op.WRITE, Op.UPDATE) or not has_effect(event, (EffectKind.DELETE,)):
             return
-        wanted = sorted(t for t in argument_strings(event.arguments) if len(t) >= 3) + written_texts(event)
+        wanted = sorted({t for t in strings_in(event.arguments) if len(t) >= 3}) + written_texts(event)
         if not wanted:
             return
         for eff in event.effects:
@@ -343,13 +334,14 @@ class Duplicate:
     )
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        if not has_effect(event, _WRITES):
+            return
         skip = touched(event)
         for eff in event.effects:
-            if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
+            if eff.kind not in _WRITES or not eff.content_after:
                 continue
             namespace = effect_namespace(event, eff)
-            norm = normalise(eff.content_after)
-            mine = frozenset(norm.split())
+            mine = frozenset(normalise(eff.content_after).split())
             if not mine:
                 continue
             # Jaccard >= 0.9 needs word sets within 10% of each other's size: only those are compared.
@@ -357,10 +349,11 @@ class Duplicate:
             for n, item in enumerate(state.similar_size(namespace, low, high)):
                 if n >= _DUPLICATE_SCAN_LIMIT:
                     break
-                theirs = item.words
                 if (item.backend, item.item_id) in skip:
                     continue
-                if item.normalised.strip() == norm or len(mine & theirs) >= 0.9 * len(mine | theirs):
+                # Jaccard >= 0.9 without building the union (equal normalised texts have equal word sets).
+                shared = len(mine & item.words)
+                if shared >= 0.9 * (len(mine) + len(item.words) - shared):
                     yield finding_for(
                         self,
                         event,

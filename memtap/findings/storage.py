@@ -130,7 +130,12 @@ def list_findings(
 def get_finding(db: Database, finding_id: str) -> Finding | None:
     rows = list(db.query("SELECT * FROM findings WHERE id = ?", [finding_id]))
     if not rows:
-        rows = list(db.query("SELECT * FROM findings WHERE id LIKE ? LIMIT 2", [finding_id + "%"]))
+        # A prefix, compared as text: '%' and '_' in what the user typed are not wildcards.
+        rows = list(
+            db.query(
+                "SELECT * FROM findings WHERE substr(id, 1, ?) = ? LIMIT 2", [len(finding_id), finding_id]
+            )
+        )
         if len(rows) != 1:
             return None
     return _from_row(rows[0])

@@ -64,6 +64,14 @@ class InProcessServer:
             self._server.should_exit = True
         self._thread.join(timeout)
 
+    def settle(self) -> None:
+        """Wait until every call so far is recorded and examined by the detectors."""
+        assert self.runtime is not None, "memtap is not running"
+        if not self.runtime.recorder.flush():
+            raise AssertionError(f"the trace was not written in time: {self.runtime.recorder.stats_dict()}")
+        if self.runtime.findings is not None and not self.runtime.findings.wait_idle():
+            raise AssertionError("the detectors did not catch up in time")
+
     def _run(self) -> None:
         try:
             asyncio.run(self._serve())

@@ -191,25 +191,16 @@ async def play_canary(
             for user, turns in by_user.items():
                 tg.start_soon(game.user_turns, game.actors[user], turns)
         turns_played = sum(len(t) for t in by_user.values())
-        store.progress(
-            scope.run,
-            scope.episode,
-            scope.attempt,
-            sessions=len(episode.sessions),
-            turns=turns_played,
-            probes=0,
-        )
+
+        def progress(probed: int) -> None:
+            store.progress(scope.run, scope.episode, scope.attempt, sessions=len(episode.sessions),
+                           turns=turns_played, probes=probed)  # fmt: skip
+
+        progress(0)
         async with anyio.create_task_group() as tg:
             for user, asked in probes.items():
                 tg.start_soon(game.user_probes, game.actors[user], asked)
-        store.progress(
-            scope.run,
-            scope.episode,
-            scope.attempt,
-            sessions=len(episode.sessions),
-            turns=turns_played,
-            probes=len(episode.probes),
-        )
+        progress(len(episode.probes))
     finally:
         # Last opened, first closed, in this task: each actor's client holds a task group of its own.
         for actor in reversed(opened):

@@ -37,6 +37,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+from memtap.findings.facts import strings_in
 from memtap.probes.schema import Episode
 
 __all__ = ["CHANNELS", "canary_report", "canary_warnings"]
@@ -46,15 +47,7 @@ _SKIP_KEYS = frozenset({"query"})  # what the caller asked, echoed back: not a d
 
 
 def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            if key not in _SKIP_KEYS:
-                yield from _strings(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _strings(inner)
+    return strings_in(value, _SKIP_KEYS)
 
 
 def _chat_texts(result: Any) -> Iterator[str]:

@@ -90,6 +90,8 @@ def run_findings(conn: sqlite3.Connection, run_id: str) -> list[Finding] | str:
         result = check_trace(store, run=run_id, save=False)
     finally:
         store.close()
+    if result.detector_errors:  # a rule that raised flagged nothing: its recall would be a lie
+        return f"{result.detector_errors} detector error(s); last: {result.last_error}"
     return result.findings
 
 

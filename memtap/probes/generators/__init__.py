@@ -7,11 +7,10 @@ import importlib
 from memtap.errors import ConfigError
 from memtap.probes.schema import Episode
 
-__all__ = ["CANARY_DEFAULTS", "KINDS", "generate", "generate_canary"]
+__all__ = ["KINDS", "generate", "generate_canary"]
 
 KINDS = ("paradigms", "permission", "abstention", "lifecycle")
 """The generators of ``episodes`` episodes; ``canary`` (one episode of N users) is :func:`generate_canary`."""
-CANARY_DEFAULTS = {"users": 8, "writes": 2000, "updates": 200, "searches": 200, "canaries": 3}
 
 
 def generate(kind: str, *, seed: int, episodes: int) -> list[Episode]:

@@ -209,14 +209,15 @@ def _probe(
 def generate_canary(
     seed: int,
     *,
-    users: int = 8,
-    writes: int = 2000,
-    updates: int = 200,
-    searches: int = 200,
-    canaries: int = 3,
-    shared_namespace: bool = False,
+    users: int,
+    writes: int,
+    updates: int,
+    searches: int,
+    canaries: int,
+    shared_namespace: bool,
 ) -> list[dict[str, Any]]:
-    """The canary suite: one episode (see the module docstring)."""
+    """The canary suite: one episode (see the module docstring). The sizes' defaults and their
+    checks are ``memtap.probes.generators.generate_canary``'s."""
     rng = random.Random(f"{seed}-canary")
     width = max(2, len(str(users - 1)))
     names = [f"user{i:0{width}d}" for i in range(users)]
