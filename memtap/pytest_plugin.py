@@ -18,9 +18,6 @@ Override the ``memtap_config`` fixture (a dict in the config file's shape) to co
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,77 +26,24 @@ import pytest
 
 from memtap.findings.model import Finding
 from memtap.findings.storage import list_findings
+from memtap.harness.inprocess import InProcessServer
 from memtap.trace.models import MemoryItem, Op, TraceEvent
 from memtap.trace.store import TraceStore
 
 __all__ = ["MemtapServer", "memtap_config", "memtap_server"]
 
 
-class MemtapServer:
+class MemtapServer(InProcessServer):
     """A memtap serving in this process, and its trace, items and findings."""
 
     def __init__(self, db: Path, config: dict[str, Any]) -> None:
-        self.db = db
-        self.config = config
-        self.port = 0
-        self.runtime: Any = None
-        self._server: Any = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="memtap-pytest", daemon=True)
-
-    @property
-    def mcp_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI-compatible chat proxy (with ``model_list`` configured)."""
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> MemtapServer:
-        self._thread.start()
-        if not self._ready.wait(60):
-            raise RuntimeError("memtap did not start within 60 s")
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:  # surfaced by start()
-            self._error = exc
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        import uvicorn
-
         from memtap.config import ConfigFile
-        from memtap.proxy.app import create_app
-        from memtap.proxy.runtime import Runtime, Settings
+        from memtap.proxy.runtime import Settings
 
-        config = ConfigFile.model_validate(self.config)
-        self.runtime = Runtime(Settings(db=self.db, config=config, upstreams=config.enabled_servers()))
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(create_app(self.runtime), log_level="warning", lifespan="on", access_log=False)
-        )
-        self._server = server
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.005)
-        self._ready.set()
-        await task
+        self.config = config
+        parsed = ConfigFile.model_validate(config)
+        settings = Settings(db=db, config=parsed, upstreams=parsed.enabled_servers())
+        super().__init__(settings, name="memtap-pytest")
 
     # -- reading back ----------------------------------------------------------------
 

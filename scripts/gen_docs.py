@@ -300,8 +300,8 @@ def _argument_table(schema: dict[str, Any], skip: Sequence[str] = ()) -> list[st
 
 
 def render_tools() -> str:
+    from memtap.auth.resolve import HEADERS
     from memtap.limits import DEFAULT_LIMITS, install
-    from memtap.proxy.context import HEADERS
 
     install(DEFAULT_LIMITS)  # the schemas show the default caps
     from memtap.proxy.tools import CONTEXT_FIELDS, TOOLS, AccessArg

@@ -5,8 +5,10 @@ Nothing here is memtap's code: it stands in for the identity provider that issue
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +93,34 @@ class Issuer:
 def unsigned_token(**claims: Any) -> str:
     """``alg: none``: a token with no signature at all."""
     return jwt.encode(claims, None, algorithm="none")
+
+
+class JwksServer:
+    """A loopback HTTP server publishing a JWKS, counting its fetches."""
+
+    def __init__(self, issuer: Issuer) -> None:
+        self.issuer = issuer
+        self.fetches = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.fetches += 1
+                body = json.dumps(owner.issuer.jwks()).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/.well-known/jwks.json"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -7,6 +7,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from memtap.auth import (
+    ARGUMENT_FIELDS,
     CALLER_SCOPE_KEY,
     ApiKeyAuthenticator,
     Authentication,
@@ -20,6 +21,7 @@ from memtap.auth import (
     default_requester,
     resolve_context,
 )
+from memtap.auth.resolve import HEADERS
 from memtap.errors import ConfigError, Forbidden, InvalidArguments, PinnedContextViolation
 
 R, W, D, A = Right.READ, Right.WRITE, Right.DELETE, Right.ADMIN
@@ -226,3 +228,13 @@ def test_the_auth_package_is_a_leaf() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("memtap"):
                 assert node.module.startswith(allowed), f"{path.name} imports {node.module}"
+
+
+def test_every_context_field_a_tool_accepts_is_one_the_resolver_reads() -> None:
+    from memtap.proxy.tools import ContextArgs
+
+    # One list (memtap.auth.resolve.ARGUMENT_FIELDS) serves the resolver, the tool schemas and the
+    # fallback context; the model must declare exactly those fields, and the resolver must know
+    # each one's header.
+    assert tuple(ContextArgs.model_fields) == ARGUMENT_FIELDS
+    assert set(ARGUMENT_FIELDS) <= set(HEADERS.values())

@@ -28,6 +28,17 @@ async def _add(client: Any, content: str, role: str = "user", **args: Any) -> st
     return str(result.structured_content["id"])
 
 
+async def _add_then_update(served: Any, before: str, after: str, role: str = "user") -> str:
+    """Add ``before`` as the user, then update it to ``after`` as ``role``; the item's id."""
+    async with await _session(served) as client:
+        item = await _add(client, before)
+        result = await client.call_tool(
+            "memory_update", {"id": item, "content": after}, meta=meta(session="s1", role=role)
+        )
+        assert not result.is_error, result
+    return item
+
+
 def _kinds(found: list[Any]) -> list[str]:
     return sorted(f.kind for f in found if f.severity > Severity.INFO)
 
@@ -57,12 +68,9 @@ async def test_a_third_party_update_of_what_the_user_stated_is_an_untrusted_over
     serve_memtap: Serve,
 ) -> None:
     served = serve_memtap()
-    async with await _session(served) as client:
-        item = await _add(client, "Alice is allergic to peanuts.")
-        await client.call_tool(
-            "memory_update", {"id": item, "content": "Alice is allergic to nothing."},
-            meta=meta(session="s1", role="third_party"),
-        )  # fmt: skip
+    item = await _add_then_update(
+        served, "Alice is allergic to peanuts.", "Alice is allergic to nothing.", role="third_party"
+    )
     (found,) = settled_findings(served, "untrusted_overwrite")
     assert (found.severity, found.item_ids) == (Severity.HIGH, [item])
     assert found.evidence == {
@@ -75,24 +83,17 @@ async def test_a_third_party_update_of_what_the_user_stated_is_an_untrusted_over
 
 async def test_a_user_correcting_their_own_memory_is_not_an_untrusted_overwrite(serve_memtap: Serve) -> None:
     served = serve_memtap()
-    async with await _session(served) as client:
-        item = await _add(client, "Alice is allergic to peanuts.")
-        await client.call_tool(
-            "memory_update", {"id": item, "content": "Alice is allergic to peanuts and shellfish."},
-            meta=meta(session="s1", role="user"),
-        )  # fmt: skip
+    await _add_then_update(
+        served, "Alice is allergic to peanuts.", "Alice is allergic to peanuts and shellfish."
+    )
     assert _kinds(settled_findings(served)) == []
 
 
 async def test_an_update_that_drops_a_fact_is_destructive(serve_memtap: Serve) -> None:
     served = serve_memtap()
-    async with await _session(served) as client:
-        item = await _add(client, "Alice lives in Oslo and works at Acme since 2019.")
-        await client.call_tool(
-            "memory_update",
-            {"id": item, "content": "Alice lives in Oslo."},
-            meta=meta(session="s1", role="user"),
-        )
+    item = await _add_then_update(
+        served, "Alice lives in Oslo and works at Acme since 2019.", "Alice lives in Oslo."
+    )
     (found,) = settled_findings(served, "destructive_update")
     assert (found.severity, found.item_ids) == (Severity.MEDIUM, [item])
     assert found.evidence["dropped_facts"] == ["2019", "acme"]
@@ -101,12 +102,9 @@ async def test_an_update_that_drops_a_fact_is_destructive(serve_memtap: Serve) -
 
 async def test_an_update_that_replaces_a_value_is_not_destructive(serve_memtap: Serve) -> None:
     served = serve_memtap()
-    async with await _session(served) as client:
-        item = await _add(client, "Alice lives in Oslo and works at Acme.")
-        await client.call_tool(
-            "memory_update", {"id": item, "content": "Alice lives in Oslo and works at Globex."},
-            meta=meta(session="s1", role="user"),
-        )  # fmt: skip
+    await _add_then_update(
+        served, "Alice lives in Oslo and works at Acme.", "Alice lives in Oslo and works at Globex."
+    )
     assert settled_findings(served, "destructive_update") == []
 
 
@@ -126,12 +124,7 @@ async def test_a_correction_that_leaves_the_old_value_live_is_stale_coexistence(
 
 async def test_a_correction_made_as_an_update_leaves_nothing_stale(serve_memtap: Serve) -> None:
     served = serve_memtap()
-    async with await _session(served) as client:
-        old = await _add(client, "Alice lives in Paris.")
-        await client.call_tool(
-            "memory_update", {"id": old, "content": "Alice moved from Paris to Berlin."},
-            meta=meta(session="s1", role="user"),
-        )  # fmt: skip
+    await _add_then_update(served, "Alice lives in Paris.", "Alice moved from Paris to Berlin.")
     assert settled_findings(served, "stale_coexistence") == []
 
 

@@ -90,18 +90,30 @@ def test_check_json_prints_one_finding_per_line_and_filters_by_run_and_since(fau
     assert _run("check", "--db", str(faulty_db), "--fail-on", "critical")[0] == 0
 
 
+def _one_line_error(*args: str) -> str:
+    """The command exits 2 with one ``memtap: error:`` line on stderr, and nothing on stdout."""
+    code, out, err = _run(*args)
+    assert (code, out) == (2, ""), (code, out, err)
+    assert err.startswith("memtap: error: ") and err.count("\n") == 1, err
+    return err
+
+
 def test_check_bad_input_is_one_line_with_exit_2(faulty_db: Path, tmp_path: Path) -> None:
-    code, _, err = _run("check", "--db", str(faulty_db), "--since", "yesterday")
-    assert code == 2 and err.startswith("memtap: error: --since 'yesterday': give an ISO 8601 time")
-    code, _, err = _run("check", "--db", str(faulty_db), "--detector", "nonsense")
-    assert code == 2 and "unknown detector(s) nonsense" in err
+    err = _one_line_error("check", "--db", str(faulty_db), "--since", "yesterday")
+    assert err.startswith("memtap: error: --since 'yesterday': give an ISO 8601 time")
+    assert "unknown detector(s) nonsense" in _one_line_error(
+        "check", "--db", str(faulty_db), "--detector", "nonsense"
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("memtap:\n  findings:\n    canaries: ['abc']\n")
-    code, _, err = _run("check", "--db", str(faulty_db), "--config", str(bad))
-    assert code == 2 and "canaries[0]: a canary must be at least 6 characters" in err
-    assert "Traceback" not in err
-    code, _, err = _run("findings", "show", "--db", str(faulty_db), "nope")
-    assert code == 2 and "no finding 'nope'" in err
+    err = _one_line_error("check", "--db", str(faulty_db), "--config", str(bad))
+    assert "canaries[0]: a canary must be at least 6 characters" in err
+    assert "no finding 'nope'" in _one_line_error("findings", "show", "--db", str(faulty_db), "nope")
+    not_a_trace = tmp_path / "not-a-trace.db"
+    not_a_trace.write_text("plain text\n")
+    for command in (["check"], ["findings", "list"]):
+        err = _one_line_error(*command, "--db", str(not_a_trace))
+        assert f"{not_a_trace} is not a memtap database" in err
 
 
 def test_a_database_from_before_findings_is_migrated_by_check(faulty_db: Path) -> None:

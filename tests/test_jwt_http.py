@@ -13,9 +13,8 @@ import httpx2
 import pytest
 from click.testing import CliRunner
 from conftest import ServerProcess, http_client, meta
-from jwt_issuer import AUDIENCE, ISSUER, Issuer, ec_key, rsa_key, unsigned_token
+from jwt_issuer import AUDIENCE, ISSUER, Issuer, JwksServer, ec_key, rsa_key, unsigned_token
 from secrets_check import found_in
-from test_jwt_verify import _JwksServer
 
 from memtap.cli.main import cli
 from memtap.trace.store import TraceStore
@@ -47,8 +46,8 @@ def jwks_file(issuer: Issuer, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def jwks_server(issuer: Issuer) -> Iterator[_JwksServer]:
-    server = _JwksServer(issuer)
+def jwks_server(issuer: Issuer) -> Iterator[JwksServer]:
+    server = JwksServer(issuer)
     yield server
     server.close()
 
@@ -230,7 +229,7 @@ async def test_a_configured_resource_is_the_documents_resource_and_the_default_a
 
 
 async def test_a_jwks_served_over_loopback_http_verifies_tokens(
-    start_http_server: StartServer, issuer: Issuer, jwks_server: _JwksServer
+    start_http_server: StartServer, issuer: Issuer, jwks_server: JwksServer
 ) -> None:
     server = start_http_server(*jwt_flags(jwks_server.url))
     async with http_client(

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jwt_issuer import AUDIENCE, ISSUER, Issuer, ec_key, rsa_key, unsigned_token
+from jwt_issuer import AUDIENCE, ISSUER, Issuer, JwksServer, ec_key, rsa_key, unsigned_token
 from pydantic import ValidationError
 
 from memtap.auth.grants import Right
@@ -168,46 +166,15 @@ def test_a_rewritten_jwks_file_is_read_again_for_a_new_kid(issuer: Issuer, jwks_
     assert caller is not None and caller.principal == "alice"
 
 
-class _JwksServer:
-    """A loopback HTTP server publishing a JWKS, counting its fetches."""
-
-    def __init__(self, issuer: Issuer) -> None:
-        self.issuer = issuer
-        self.fetches = 0
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                owner.fetches += 1
-                body = json.dumps(owner.issuer.jwks()).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/.well-known/jwks.json"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def jwks_server(issuer: Issuer) -> Iterator[_JwksServer]:
-    server = _JwksServer(issuer)
+def jwks_server(issuer: Issuer) -> Iterator[JwksServer]:
+    server = JwksServer(issuer)
     yield server
     server.close()
 
 
 def test_a_jwks_url_is_fetched_and_refetched_in_the_background_for_a_rotated_key(
-    issuer: Issuer, jwks_server: _JwksServer
+    issuer: Issuer, jwks_server: JwksServer
 ) -> None:
     auth = verifier(jwks_server.url, jwks_min_refetch_s=0)
     assert jwks_server.fetches == 1
@@ -228,7 +195,7 @@ def test_a_jwks_url_is_fetched_and_refetched_in_the_background_for_a_rotated_key
 
 
 def test_made_up_kids_do_not_make_memtap_refetch_more_than_once_per_interval(
-    issuer: Issuer, jwks_server: _JwksServer
+    issuer: Issuer, jwks_server: JwksServer
 ) -> None:
     auth = verifier(jwks_server.url, jwks_min_refetch_s=3600)
     for n in range(5):

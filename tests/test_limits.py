@@ -7,7 +7,15 @@ import json
 import pytest
 
 from memtap.errors import ContentTooLarge, InvalidArguments
-from memtap.limits import Limits, TooDeep, bound_schema, check_arguments, first_unencodable, load_json
+from memtap.limits import (
+    Limits,
+    TooDeep,
+    bound_schema,
+    check_arguments,
+    check_metadata,
+    first_unencodable,
+    load_json,
+)
 from memtap.proxy.tools import TOOLS, parse_arguments
 
 
@@ -44,6 +52,27 @@ def test_check_arguments_names_the_field_and_the_cap() -> None:
         InvalidArguments, match=r"memory_add: access: deny\[1\]: 21 characters; the limit is 20"
     ):
         check_arguments("memory_add", denied, max_content_bytes=100, limits=limits)
+
+
+def test_content_and_query_are_measured_in_utf8_bytes() -> None:
+    limits = Limits(max_field_chars=20)
+    for tool, field in (("memory_add", "content"), ("memory_search", "query")):
+        ascii_text = parse_arguments(TOOLS[tool], {field: "x" * 10})
+        check_arguments(tool, ascii_text, max_content_bytes=10, limits=limits)
+        wide = parse_arguments(TOOLS[tool], {field: "é" * 6})  # 6 characters, 12 bytes
+        with pytest.raises(ContentTooLarge, match=f"{field} is 12 bytes; the limit is 10 bytes"):
+            check_arguments(tool, wide, max_content_bytes=10, limits=limits)
+
+
+def test_metadata_is_measured_as_compact_utf8_json_and_must_be_json_text() -> None:
+    limits = Limits(max_metadata_bytes=27)
+    check_metadata("m", {"a": "é" * 9}, limits)  # {"a":"ééééééééé"}: 26 bytes
+    with pytest.raises(InvalidArguments, match="m: 28 bytes as JSON; the limit is 27 bytes"):
+        check_metadata("m", {"a": "é" * 10}, limits)
+    with pytest.raises(InvalidArguments, match="m: not valid UTF-8 text"):
+        check_metadata("m", {"a": ["\ud800"]}, limits)
+    with pytest.raises(InvalidArguments, match="m: not JSON"):
+        check_metadata("m", {"a": object()}, limits)
 
 
 def test_bound_schema_caps_every_string_but_content_and_query() -> None:

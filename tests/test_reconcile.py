@@ -46,6 +46,41 @@ def file_observations(path: Path) -> dict[str, list[str]]:
     return found
 
 
+def kill_after_save(tmp_path: Path, **env: str) -> Path:
+    """A config wrapping the real memory server behind a shim that kills it right after it saves a
+    write whose text holds KILL-AFTER-SAVE (``env``: where the memory file goes)."""
+    shim = {
+        "command": sys.executable,
+        "args": [str(KILL_AFTER_SAVE)],
+        "env": {**env, "MEMTAP_TEST_MEMORY_SERVER": str(MEMORY_SERVER)},
+    }
+    return write_config(tmp_path, {"memory": shim})
+
+
+async def create_person(client: Any, name: str, *observations: str) -> None:
+    entity = {"name": name, "entityType": "person", "observations": list(observations)}
+    result = await client.call_tool("create_entities", {"entities": [entity]})
+    assert not result.is_error, result
+
+
+async def write_while_hung(
+    server: ServerProcess, client: Any, memory_file: Path, entity: str, text: str
+) -> MCPError:
+    """Add ``text`` while the upstream is stopped (SIGSTOP), so the call times out; resume it and
+    wait until the server has saved the write memtap gave up on. The call's error."""
+    pid = upstream_pid(server)
+    os.kill(pid, signal.SIGSTOP)  # a hung upstream: the write waits in its input
+    try:
+        with pytest.raises(MCPError) as hung:
+            await client.call_tool("add_observations", add(entity, text))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    with anyio.fail_after(20):  # the server resumes and saves the write memtap gave up on
+        while text not in file_observations(memory_file).get(entity, []):
+            await anyio.sleep(0.02)
+    return hung.value
+
+
 def verify(db: Path, config: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     result = CliRunner().invoke(
         cli, ["verify", "--db", str(db), "--config", str(config), "--server", "memory", "--json", *extra]
@@ -58,16 +93,10 @@ async def test_a_write_saved_before_the_upstream_was_killed_is_reconciled_onto_i
     tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
 ) -> None:
     memory_file = tmp_path / "memory.jsonl"
-    shim = {
-        "command": sys.executable,
-        "args": [str(KILL_AFTER_SAVE)],
-        "env": {"MEMORY_FILE_PATH": str(memory_file), "MEMTAP_TEST_MEMORY_SERVER": str(MEMORY_SERVER)},
-    }
-    config = write_config(tmp_path, {"memory": shim})
+    config = kill_after_save(tmp_path, MEMORY_FILE_PATH=str(memory_file))
     server = start_http_server("--config", str(config), command="proxy")
     async with http_client(server.url) as client:
-        await client.call_tool("create_entities", {"entities": [{"name": "alice", "entityType": "person",
-                                                                 "observations": ["likes tea"]}]})  # fmt: skip
+        await create_person(client, "alice", "likes tea")
         with pytest.raises(MCPError) as killed:
             await client.call_tool("add_observations", add("alice", "moved to Lyon KILL-AFTER-SAVE"))
         after = await client.call_tool("add_observations", add("alice", "after the restart"))
@@ -105,20 +134,10 @@ async def test_a_write_that_lands_after_its_timeout_is_reconciled_before_the_nex
     config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
     server = start_http_server("--config", str(config), command="proxy")
     async with http_client(server.url) as client:
-        await client.call_tool("create_entities", {"entities": [{"name": "bob", "entityType": "person",
-                                                                 "observations": ["plays chess"]}]})  # fmt: skip
-        pid = upstream_pid(server)
-        os.kill(pid, signal.SIGSTOP)  # a hung upstream: the write waits in its input
-        try:
-            with pytest.raises(MCPError) as hung:
-                await client.call_tool("add_observations", add("bob", "learned go"))
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        with anyio.fail_after(20):  # the server resumes and saves the write memtap gave up on
-            while "learned go" not in file_observations(memory_file).get("bob", []):
-                await anyio.sleep(0.02)
+        await create_person(client, "bob", "plays chess")
+        hung = await write_while_hung(server, client, memory_file, "bob", "learned go")
         await client.call_tool("add_observations", add("bob", "won a game"))
-    assert hung.value.message == "upstream 'memory' did not answer tools/call within 1 s"
+    assert hung.message == "upstream 'memory' did not answer tools/call within 1 s"
     assert server.stop() == 0
     store = TraceStore(server.db)
     events = store.list_events()
@@ -268,18 +287,8 @@ async def test_a_late_write_with_no_write_after_it_is_reconciled_when_the_proxy_
     config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
     server = start_http_server("--config", str(config), command="proxy")
     async with http_client(server.url) as client:
-        await client.call_tool("create_entities", {"entities": [{"name": "cy", "entityType": "person",
-                                                                 "observations": []}]})  # fmt: skip
-        pid = upstream_pid(server)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            with pytest.raises(MCPError):
-                await client.call_tool("add_observations", add("cy", "late but saved"))
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        with anyio.fail_after(20):
-            while "late but saved" not in file_observations(memory_file).get("cy", []):
-                await anyio.sleep(0.02)
+        await create_person(client, "cy")
+        await write_while_hung(server, client, memory_file, "cy", "late but saved")
     assert server.stop() == 0
     store = TraceStore(server.db)
     [settled] = [e for e in store.list_events() if e.tool == "upstream/reconcile"]
@@ -320,16 +329,10 @@ async def test_without_the_memory_file_a_killed_write_is_reconciled_by_asking_th
     tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
 ) -> None:
     hidden = tmp_path / "hidden.jsonl"
-    shim = {
-        "command": sys.executable,
-        "args": [str(KILL_AFTER_SAVE)],
-        "env": {"MEMTAP_TEST_HIDDEN_FILE": str(hidden), "MEMTAP_TEST_MEMORY_SERVER": str(MEMORY_SERVER)},
-    }
-    config = write_config(tmp_path, {"memory": shim})
+    config = kill_after_save(tmp_path, MEMTAP_TEST_HIDDEN_FILE=str(hidden))
     server = start_http_server("--config", str(config), command="proxy")
     async with http_client(server.url) as client:
-        await client.call_tool("create_entities", {"entities": [{"name": "dee", "entityType": "person",
-                                                                 "observations": []}]})  # fmt: skip
+        await create_person(client, "dee")
         with pytest.raises(MCPError):
             await client.call_tool("add_observations", add("dee", "saved KILL-AFTER-SAVE"))
         await client.call_tool("add_observations", add("dee", "first after"))  # waits for the restart

@@ -67,6 +67,11 @@ async def test_the_clock_needs_the_api_key_when_keys_are_configured(start_http_s
     mark_url = f"http://127.0.0.1:{server.port}/v1/memtap/replay/mark"
     async with httpx2.AsyncClient() as http:
         assert (await http.post(mark_url, json={"namespace": "alice", "turn": "t"})).status_code == 401
+        # The gate answers before the body is read: a caller without a key learns nothing of
+        # what a mark must hold (no 422), and is told how to authenticate.
+        keyless = await http.post(mark_url, json={"turn": "t", "role": "narrator"})
+        assert keyless.status_code == 401 and keyless.headers["www-authenticate"] == "Bearer"
+        assert (await http.get(mark_url)).status_code == 401  # no ?namespace= either: 401, not 422
         ok = await http.post(
             mark_url, json={"namespace": "alice", "turn": "t"}, headers={"Authorization": "Bearer sekret"}
         )

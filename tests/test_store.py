@@ -45,7 +45,8 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
     assert applied == [
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
         "m008_create_purge_receipts", "m009_add_reconciled_effects", "m012_add_run_episode_counts",
-        "m016_create_findings", "m017_create_hw_samples", "m019_create_ui_indexes", "m021_create_denials_index",
+        "m016_create_findings", "m017_create_hw_samples", "m019_create_ui_indexes", "m020_trim_event_indexes",
+        "m021_create_denials_index",
     ]  # fmt: skip
     assert _columns(db_path, "purge_receipts") == [
         "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",
@@ -120,6 +121,35 @@ def _event(op: Op, effects: list[MemoryEffect], *, at: datetime, **ctx: str) -> 
         backend_ms=0.5,
         overhead_ms=0.1,
     )
+
+
+def test_a_memory_event_writes_no_index_entry_for_the_columns_it_leaves_empty(db_path: Path) -> None:
+    """Each index is pages written with every recorded call: the chat-only columns are indexed
+    only where set, and the filters the dashboard pages use still walk an index."""
+    store = TraceStore(db_path)
+    store.write_events([_event(Op.WRITE, [], at=T0)])
+    conn = store.db.conn
+    partial = {r[1]: r[4] for r in conn.execute("PRAGMA index_list('events')")}
+    assert partial["events_parent"] == partial["events_upstream_id"] == 1
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert not {"events_op", "events_namespace"} & names  # prefixes of events_op_id, events_namespace_id
+    for sql, index in [
+        ("SELECT id FROM events WHERE parent_id = 'x'", "events_parent"),
+        ("SELECT id FROM events WHERE upstream = 'u' ORDER BY id DESC LIMIT 51", "events_upstream_id"),
+        ("SELECT id FROM events WHERE op = 'write'", "events_op_id"),
+        ("SELECT id FROM events WHERE namespace = 'alice'", "events_namespace_id"),
+        (
+            "SELECT * FROM items WHERE namespace = 'alice' AND item_id > 'm' ORDER BY item_id",
+            "items_namespace",
+        ),
+        (
+            "SELECT count(*), sum(valid_to IS NULL) FROM items WHERE namespace > '' GROUP BY namespace",
+            "COVERING",
+        ),
+    ]:
+        plan = " ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
+        assert index in plan and "SCAN events" not in plan and "TEMP B-TREE" not in plan, (sql, plan)
+    store.close()
 
 
 def test_events_round_trip_with_effects_and_context(db_path: Path) -> None:

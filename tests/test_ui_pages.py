@@ -104,7 +104,7 @@ def test_an_old_database_is_migrated_with_the_dashboard_indexes(tmp_path: Path) 
                 "EXPLAIN QUERY PLAN SELECT * FROM events WHERE op = 'write' ORDER BY id DESC LIMIT 51"
             )
         )
-    assert {"events_op_id", "events_namespace_id", "events_upstream_id", "items_namespace_id"} <= names
+    assert {"events_op_id", "events_namespace_id", "events_upstream_id", "items_namespace"} <= names
     assert "events_op_id" in plan and "TEMP B-TREE" not in plan
 
 

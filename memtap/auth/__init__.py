@@ -4,7 +4,7 @@ A leaf package: it imports only :mod:`memtap.errors`, :mod:`memtap.trace.models`
 library, pydantic and starlette's types, never :mod:`memtap.proxy`. See docs/authorization.md.
 """
 
-from memtap.auth.caller import CALLER_SCOPE_KEY, Caller, local_caller
+from memtap.auth.caller import CALLER_SCOPE_KEY, Caller, caller_in, local_caller
 from memtap.auth.gate import (
     ApiKeyAuthenticator,
     Authentication,
@@ -54,6 +54,7 @@ __all__ = [
     "Right",
     "bearer_token",
     "best_context",
+    "caller_in",
     "default_requester",
     "fields_from_headers",
     "fields_from_meta",

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from memtap.auth.grants import Right
 
-__all__ = ["CALLER_SCOPE_KEY", "Caller", "Via", "local_caller"]
+__all__ = ["CALLER_SCOPE_KEY", "Caller", "Via", "caller_in", "local_caller"]
 
 CALLER_SCOPE_KEY = "memtap.caller"
 """The ASGI scope key under which the HTTP gate puts the request's :class:`Caller`."""
@@ -45,3 +45,10 @@ class Caller:
 
 def local_caller(principal: str = "local") -> Caller:
     return Caller(principal=principal, via="local")
+
+
+def caller_in(scope: Mapping[str, Any], default: Caller) -> Caller:
+    """The caller the HTTP gate put into ``scope``; ``default`` where no gate ran (an app
+    embedded without it, stdio): the single-user mode."""
+    found = scope.get(CALLER_SCOPE_KEY)
+    return found if isinstance(found, Caller) else default

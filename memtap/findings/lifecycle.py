@@ -35,6 +35,15 @@ __all__ = [
 _DUPLICATE_SCAN_LIMIT = 500  # live items of a similar size compared per write, newest first
 
 
+_REMOVALS = (EffectKind.DELETE, EffectKind.UPDATE)
+
+
+def removes(event: TraceEvent, kinds: tuple[EffectKind, ...] = _REMOVALS) -> bool:
+    """Whether the event has an effect of ``kinds`` (most events, adds and retrievals, have none:
+    the rules about removals return before walking their arguments)."""
+    return any(e.kind in kinds for e in event.effects)
+
+
 def touched(event: TraceEvent) -> set[tuple[str, str]]:
     return {(event.backend, e.item_id) for e in event.effects if e.kind != EffectKind.RETRIEVE}
 
@@ -81,7 +90,7 @@ def requested_removals(event: TraceEvent) -> set[str]:
     some removed item (by id or exact content), only the named ones were asked for; when they name
     none (an entity name, a filter), every removal of a delete or update call counts as asked for."""
     strings = argument_strings(event.arguments)
-    removals = [e for e in event.effects if e.kind in (EffectKind.DELETE, EffectKind.UPDATE)]
+    removals = [e for e in event.effects if e.kind in _REMOVALS]
     named = {e.item_id for e in removals if e.item_id in strings or (e.content_before or "\0") in strings}
     if named:
         return named
@@ -109,10 +118,12 @@ class Erasure:
         self._undetermined: set[tuple[str, str | None]] = set()
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+        if not removes(event):
+            return
         skip = touched(event)
         asked = requested_removals(event)
         for eff in event.effects:
-            if eff.kind not in (EffectKind.DELETE, EffectKind.UPDATE):
+            if eff.kind not in _REMOVALS:
                 continue
             namespace = effect_namespace(event, eff)
             before = eff.content_before
@@ -228,9 +239,7 @@ class StaleCoexistence:
             for item in state.live_items(namespace):
                 if (item.backend, item.item_id) in skip:
                     continue
-                stale = sorted(
-                    v for v in old_values if v in item.facts or f" {v} " in f" {normalise(item.content)} "
-                )
+                stale = sorted(v for v in old_values if v in item.facts or f" {v} " in item.normalised)
                 if stale and is_correction(item.content) is False:
                     yield finding_for(
                         self,
@@ -258,7 +267,7 @@ class ReaddDeletes:
     rule = "a write-op call deletes an item whose content near-equals what the call writes"
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
-        if event.op not in (Op.WRITE, Op.UPDATE):
+        if event.op not in (Op.WRITE, Op.UPDATE) or not removes(event, (EffectKind.DELETE,)):
             return
         wanted = sorted(t for t in argument_strings(event.arguments) if len(t) >= 3) + written_texts(event)
         if not wanted:

@@ -14,8 +14,15 @@ import anyio
 
 from memtap.harness.checks import check_items, check_ledger, state_differences
 from memtap.harness.load import Ack, Ledger, builtin_workload, graph_workload, run_clients
-from memtap.harness.servers import InProcessServer, child
-from memtap.verify import builtin_state, compare, graph_state, record_differences, trace_items
+from memtap.harness.servers import child, in_process, run_on_connections
+from memtap.verify import (
+    BackendState,
+    builtin_state,
+    compare,
+    graph_state,
+    record_differences,
+    trace_items,
+)
 
 __all__ = ["Row", "disk_fault", "kill_memtap", "load", "upstream_faults"]
 
@@ -47,17 +54,22 @@ def _mode(durable: bool) -> str:
 
 def _reconcile_builtin(db: Path) -> tuple[int, int]:
     """Differences between the builtin rows and the trace, before and after recording them."""
+    found = _record_differences(db, "builtin", builtin_state(db))
+    return found, state_differences(db, builtin_state(db), "builtin")
+
+
+def _record_differences(db: Path, backend: str, state: BackendState) -> int:
+    """``memtap verify --record``: the differences between ``state`` and the trace, recorded."""
     from memtap.trace.store import TraceStore
 
-    state = builtin_state(db)
     store = TraceStore(db)
     try:
-        found = compare(state, trace_items(store, "builtin"))
+        found = compare(state, trace_items(store, backend))
         if found:
-            record_differences(store, "builtin", state, found)
+            record_differences(store, backend, state, found)
     finally:
         store.close()
-    return len(found), state_differences(db, builtin_state(db), "builtin")
+    return len(found)
 
 
 def _row(name: str, durable: bool, clients: int, db: Path, ledger: Ledger, per_client: int) -> Row:
@@ -126,7 +138,7 @@ async def disk_fault(
     """The database fills up (``max_page_count``) or turns read-only (``query_only``) during the load,
     for ``hold_s`` seconds, on the backend's and the recorder's connections; then recovers."""
     db = folder / f"{kind}-{_mode(durable)}.db"
-    server = InProcessServer(db, durable=durable)
+    server = in_process(db, durable=durable)
     await anyio.to_thread.run_sync(server.start)
     if kind == "disk full":
         on, off = "PRAGMA max_page_count = {pages}", "PRAGMA max_page_count = 1073741823"
@@ -150,16 +162,16 @@ async def disk_fault(
         await started.wait()
         if finished:
             return
-        await anyio.to_thread.run_sync(server.run_on_loop, on)
+        await anyio.to_thread.run_sync(run_on_connections, server, on)
         injected += 1
         await anyio.sleep(hold_s)
-        await anyio.to_thread.run_sync(server.run_on_loop, off)
+        await anyio.to_thread.run_sync(run_on_connections, server, off)
 
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(inject)
             ledger = await run_clients(
-                server.url, clients=clients, calls=calls, workload=builtin_workload, on_ack=on_ack
+                server.mcp_url, clients=clients, calls=calls, workload=builtin_workload, on_ack=on_ack
             )
             finished = True
             started.set()
@@ -259,16 +271,9 @@ async def upstream_faults(
     row.notes.append(f"{len(ledger.errors())} calls failed")
     row.late = len(late)
     from memtap.adapters.graph_state import FileState
-    from memtap.trace.store import TraceStore
 
     state = graph_state(FileState(memory_file).scan_all(), f"file {memory_file}")
     row.differences_before = state_differences(db, state, "memory")
-    store = TraceStore(db)
-    try:
-        found = compare(state, trace_items(store, "memory"))
-        if found:
-            record_differences(store, "memory", state, found)
-    finally:
-        store.close()
+    _record_differences(db, "memory", state)
     row.differences = state_differences(db, state, "memory")
     return row

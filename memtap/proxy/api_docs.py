@@ -66,7 +66,7 @@ def _header(alias: str, text: str) -> Any:
     return Header(alias=alias, description=text, max_length=current().max_field_chars)
 
 
-# The X-Memtap-* context headers every front door reads (proxy/context.py).
+# The X-Memtap-* context headers every front door reads (memtap/auth/resolve.py HEADERS).
 NamespaceH = Annotated[str | None, _header("X-Memtap-Namespace", "Whose memory (default: the principal)")]
 SessionH = Annotated[str | None, _header("X-Memtap-Session", "Conversation session id")]
 TurnH = Annotated[str | None, _header("X-Memtap-Turn", "Turn id within the session")]

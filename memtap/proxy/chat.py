@@ -37,11 +37,11 @@ from starlette.types import Receive, Scope, Send
 
 from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, Upstream, UpstreamError, error_body
 from memtap.auth import (
-    CALLER_SCOPE_KEY,
     Caller,
     Policy,
     Right,
     best_context,
+    caller_in,
     fields_from_headers,
     local_caller,
     resolve_context,
@@ -161,7 +161,7 @@ class ChatProxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
-        who: Caller = scope.get(CALLER_SCOPE_KEY) or self._local
+        who = caller_in(scope, self._local)
         headers = headers_of(scope)
         problem: RequestProblem | None = None
         raw, request = b"", {}

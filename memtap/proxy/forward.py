@@ -40,9 +40,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from memtap import __version__
 from memtap.adapters.pool import UpstreamPool
 from memtap.adapters.upstream import State, Upstream
-from memtap.auth import CALLER_SCOPE_KEY, Caller, Policy, best_context, local_caller, resolve_context
+from memtap.auth import Caller, Policy, best_context, caller_in, local_caller, resolve_context
 from memtap.auth.grants import right_for
-from memtap.auth.resolve import Clock
+from memtap.auth.resolve import META_KEY, Clock
 from memtap.errors import (
     AccessDenied,
     InvalidArguments,
@@ -53,7 +53,6 @@ from memtap.errors import (
     UpstreamProtocolError,
     UpstreamRPCError,
 )
-from memtap.proxy.context import META_KEY
 from memtap.proxy.guard import RECORDED_SCOPE_KEY, mark_recorded
 from memtap.proxy.mcp_server import caller as mcp_caller
 from memtap.proxy.mcp_server import client_name, new_server
@@ -62,6 +61,8 @@ from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
 
 __all__ = ["PREFIX_SEPARATOR", "ByUpstream", "build_forward_server", "exposed_name"]
+
+_LOCAL = local_caller()  # who calls /servers/NAME/mcp where no gate ran
 
 log = logging.getLogger("memtap.forward")
 
@@ -448,7 +449,7 @@ class ByUpstream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = scope["path_params"]["name"]
-        who: Caller = scope.get(CALLER_SCOPE_KEY) or local_caller()
+        who = caller_in(scope, _LOCAL)
         endpoint = self.endpoints.get(name)
         refusal: MemtapError | None = None
         status = 404

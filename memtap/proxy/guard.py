@@ -63,9 +63,12 @@ def _recorded_path(path: str) -> bool:
 def header_problem(scope: Scope, limits: Limits) -> str | None:
     """What is wrong with the request's headers, or None."""
     total = 0
+    smallest = min(limits.max_header_bytes, limits.max_field_chars)
     for raw_name, raw_value in scope.get("headers", []):
         size = len(raw_value)
         total += len(raw_name) + size
+        if size <= smallest:  # every request pays for this loop: decode names only when needed
+            continue
         name = raw_name.decode("latin-1")
         if size > limits.max_header_bytes:
             return (
@@ -168,7 +171,7 @@ class RequestGuard:
     def _caller(self, scope: Scope) -> Caller | None:
         """The request's caller (the gate's, else authenticated here); ``None``: no valid key.
         A principal over the field cap (an ``X-Memtap-Principal``) is recorded as the default."""
-        caller = scope.get(CALLER_SCOPE_KEY)
+        caller = scope.get(CALLER_SCOPE_KEY)  # the guard runs outside the gate: it may not have run
         if not isinstance(caller, Caller):
             caller = self.caller_of(headers_of(scope))
         if caller is not None and len(caller.principal) > current().max_field_chars:

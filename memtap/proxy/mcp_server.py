@@ -18,7 +18,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from memtap import __version__
-from memtap.auth import CALLER_SCOPE_KEY, Caller, fields_from_headers, fields_from_meta, headers_of
+from memtap.auth import Caller, caller_in, fields_from_headers, fields_from_meta, headers_of
 from memtap.jsontext import json_text
 from memtap.proxy.service import MemoryService, ToolOutcome
 from memtap.proxy.tools import TOOLS
@@ -88,10 +88,8 @@ def caller(
     scope = getattr(request, "scope", None)
     if scope is None:
         return stdio_caller, "mcp-stdio", ({}, fields_from_meta(ctx.meta))
-    who = scope.get(CALLER_SCOPE_KEY)
-    if who is None:  # served without the gate (an embedding app): the single-user mode
-        who = stdio_caller
-    return who, "mcp-http", (fields_from_headers(headers_of(scope)), fields_from_meta(ctx.meta))
+    layers = (fields_from_headers(headers_of(scope)), fields_from_meta(ctx.meta))
+    return caller_in(scope, stdio_caller), "mcp-http", layers
 
 
 def to_call_result(outcome: ToolOutcome) -> types.CallToolResult:

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memtap.adapters.embeddings import Embedder, count_tokens, encode_vector, load_embedder
 from memtap.adapters.llm import LiteLLMClient, ModelRouter, PassThrough, UpstreamError, error_body
-from memtap.auth import CALLER_SCOPE_KEY, Caller, Policy, best_context, local_caller, resolve_context
+from memtap.auth import Policy, best_context, caller_in, local_caller, resolve_context
 from memtap.config import ConfigFile
 from memtap.errors import AccessDenied, InvalidArguments
 from memtap.proxy.chat import ChatProxy, context_layers
@@ -80,7 +80,7 @@ class OpenAIFrontDoor:
         settings = config.memtap
         self.config = config
         self.recorder = recorder
-        self.default_principal = default_principal
+        self._local = local_caller(default_principal)  # who calls where no gate ran
         self.max_body_bytes = settings.max_body_bytes
         self.router = ModelRouter(config.model_list, settings.routes, settings.upstream_timeout_s)
         self.passthrough = PassThrough(settings.connect_timeout_s)
@@ -135,7 +135,7 @@ class OpenAIFrontDoor:
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
-        who: Caller = scope.get(CALLER_SCOPE_KEY) or local_caller(self.default_principal)
+        who = caller_in(scope, self._local)
         headers = headers_of(scope)
         problem: RequestProblem | None = None
         request: dict[str, Any] = {}

@@ -32,12 +32,11 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from starlette.types import Receive, Scope, Send
 
-from memtap.auth import Authentication, Caller, Policy, Right, local_caller
-from memtap.auth.gate import Refusal
-from memtap.errors import AccessDenied, AuthError, Forbidden
+from memtap.auth import Authentication, Caller, Policy, Right, caller_in, local_caller
+from memtap.errors import AccessDenied, Forbidden
 from memtap.limits import current, unencodable
 from memtap.proxy.guard import RECORDED_SCOPE_KEY
 from memtap.trace.calls import recorded_call
@@ -48,6 +47,7 @@ __all__ = ["MARK_PATH", "Mark", "ReplayClock", "mount_replay_clock"]
 
 MARK_PATH = "/v1/memtap/replay/mark"
 _FILLED = ("run", "episode", "session", "turn", "role")
+_LOCAL = local_caller()
 
 
 class Mark(BaseModel):
@@ -186,22 +186,11 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
 
 
-class _Refused(JSONResponse):
-    """A refused credential answered by the process's refusal hook (as the gate answers it on
-    every other front door: the RFC 6750 challenge, and the refusal recorded)."""
-
-    def __init__(self, refusal: Refusal, error: AuthError) -> None:
-        super().__init__({}, status_code=error.status)
-        self.refusal, self.error = refusal, error
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.refusal(scope, send, self.error)
-
-
 def mount_replay_clock(
     app: FastAPI, clock: ReplayClock, authentication: Authentication, policy: Policy, recorder: Recorder
 ) -> ReplayClock:
-    """Serve ``clock`` at :data:`MARK_PATH`, each request authenticated and authorised."""
+    """Serve ``clock`` at :data:`MARK_PATH`, behind ``authentication``'s gate (as every other
+    front door: a refused credential is answered and recorded there), each request authorised."""
 
     def authorise(caller: Caller, kind: str, value: str, right: Right) -> None:
         if not caller.restricted:
@@ -224,12 +213,7 @@ def mount_replay_clock(
     async def guarded(
         request: Request, method: str, arguments: dict[str, Any], keys: list[tuple[str, str]], right: Right
     ) -> Caller | JSONResponse:
-        try:
-            caller = authentication.authenticate(request.headers)
-        except AuthError as exc:
-            if authentication.on_refusal is not None:  # bearer JWTs: the challenge, and recorded
-                return _Refused(authentication.on_refusal, exc)
-            return _error(exc.status, str(exc), "authentication_error")
+        caller = caller_in(request.scope, _LOCAL)
         try:
             for kind, value in keys:
                 authorise(caller, kind, value, right)
@@ -295,4 +279,7 @@ def mount_replay_clock(
             return found
         return {"cleared": clock.clear(kind, value)}
 
+    for route in app.router.routes:  # the gate runs before FastAPI reads and validates the body
+        if isinstance(route, APIRoute) and route.path == MARK_PATH:
+            route.app = authentication.gate(route.app)
     return clock

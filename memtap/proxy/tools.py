@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from memtap.auth.resolve import ARGUMENT_FIELDS
 from memtap.errors import InvalidArguments
 from memtap.limits import MAX_ITEMS, MAX_OFFSET, MAX_TURN, bound_schema
 from memtap.trace.models import Op, Role, Visibility
@@ -65,7 +66,8 @@ class ContextArgs(BaseModel):
     episode: str | None = Field(None, description="Episode id within a run")
 
 
-CONTEXT_FIELDS = tuple(ContextArgs.model_fields)
+CONTEXT_FIELDS = ARGUMENT_FIELDS
+"""ContextArgs' fields: the one list, in memtap.auth.resolve (a test keeps the model matching it)."""
 
 
 def _object_from_json_text(value: object) -> object:

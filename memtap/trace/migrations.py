@@ -411,12 +411,31 @@ def m019_create_ui_indexes(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m020_trim_event_indexes(db: Database) -> None:
+    """Fewer index pages written with every event (each recorded call pays for each index).
+
+    ``events_op`` and ``events_namespace`` are prefixes of m019's ``events_op_id`` and
+    ``events_namespace_id``, which serve every query they served. ``events_parent`` and
+    ``events_upstream_id`` index columns that memory calls leave empty; as partial indexes
+    (``IS NOT NULL``) they still serve ``parent_id = ?``, ``upstream = ?`` and the list of
+    upstreams, and a memory call's event no longer touches them. One index of items by
+    namespace, ``(namespace, item_id, valid_to)``, serves both m002's counts of current items
+    (covering) and m019's pages by id."""
+    for name in ("events_op", "events_namespace", "events_parent", "events_upstream_id"):
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+    for name in ("items_namespace", "items_namespace_id"):
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+    db.execute("CREATE INDEX items_namespace ON items(namespace, item_id, valid_to)")
+    db.execute("CREATE INDEX events_parent ON events(parent_id) WHERE parent_id IS NOT NULL")
+    db.execute("CREATE INDEX events_upstream_id ON events(upstream, id) WHERE upstream IS NOT NULL")
+
+
+@MIGRATIONS()
 def m021_create_denials_index(db: Database) -> None:
     """A partial index of the gate's denials and the refused calls, newest first, for the
     dashboard's findings page: without it each view scanned every event with four LIKEs (about
     140 ms at 200,000 events). Only a denied or refused call's event adds an entry. The WHERE is
-    ``memtap.ui.queries.DENIAL_SQL`` word for word, which SQLite needs to use the index.
-    (Numbered 021: 020 is another branch's.)"""
+    ``memtap.ui.queries.DENIAL_SQL`` word for word, which SQLite needs to use the index."""
     db.execute(
         "CREATE INDEX IF NOT EXISTS events_denials ON events(id) WHERE "
         "(status = 'error' AND (error LIKE '%may not %' OR error LIKE '%contradicts%')) "

@@ -204,13 +204,14 @@ class BuiltinTarget:
         return Outcome(True, ms=ms), found
 
     def _turn_meta(self, actor: Actor, turn: TurnCall, namespace: str) -> dict[str, Any]:
-        return {
-            "session": turn.session,
-            "turn": turn.turn,
-            "role": turn.role,
-            "namespace": namespace,
-            "requester": actor.principal,
-        }
+        return self._meta(actor, (turn.session, turn.turn), namespace, turn.role)
+
+    @staticmethod
+    def _meta(actor: Actor, at: tuple[str, str], namespace: str, role: str = "user") -> dict[str, Any]:
+        """The call's context: the actor asks, as ``role``, in ``namespace`` at (session, turn)."""
+        session, turn = at
+        return {"session": session, "turn": turn, "role": role, "namespace": namespace,
+                "requester": actor.principal}  # fmt: skip
 
     async def actor_write(self, actor: Actor, turn: TurnCall, namespace: str) -> Outcome:
         metadata = {k: v for k, v in {"speaker": turn.speaker, "time": turn.time}.items() if v is not None}
@@ -227,13 +228,7 @@ class BuiltinTarget:
     async def actor_search(
         self, actor: Actor, namespace: str, query: str, question: str, at: tuple[str, str], limit: int
     ) -> Outcome:
-        meta = {
-            "session": at[0],
-            "turn": at[1],
-            "role": "user",
-            "namespace": namespace,
-            "requester": actor.principal,
-        }
+        meta = self._meta(actor, at, namespace)
         outcome, found = await self._act(actor, "memory_search", {"query": query, "limit": limit}, meta)
         outcome.retrieved = _retrieved(found.get("results", []))
         return outcome
@@ -241,13 +236,7 @@ class BuiltinTarget:
     async def actor_list(self, actor: Actor, namespace: str, at: tuple[str, str]) -> Outcome | None:
         from memtap.probes.canary_replay import LIST_LIMIT
 
-        meta = {
-            "session": at[0],
-            "turn": at[1],
-            "role": "user",
-            "namespace": namespace,
-            "requester": actor.principal,
-        }
+        meta = self._meta(actor, at, namespace)
         outcome, found = await self._act(actor, "memory_list", {"limit": LIST_LIMIT}, meta)
         outcome.retrieved = _retrieved(found.get("items", []))
         return outcome

@@ -174,11 +174,6 @@ class McpTarget:
         return profile
 
     async def open_episode(self, scope: EpisodeScope) -> None:
-        import httpx2
-        from mcp import Client
-        from mcp.client.streamable_http import streamable_http_client
-        from mcp.types import Implementation
-
         config = self._episode_config(scope)
         extra = ["--config", str(config), "--only", self.server_name]
         server = MemtapServer(self.db, extra=extra, command="proxy")
@@ -196,6 +191,18 @@ class McpTarget:
             await anyio.to_thread.run_sync(server.stop)
 
         stack.push_async_callback(stop_server)
+        self._episodes[scope.namespace] = await self._connect(stack, server, url, headers)
+
+    async def _connect(
+        self, stack: contextlib.AsyncExitStack, server: MemtapServer, url: str, headers: dict[str, str]
+    ) -> _Episode:
+        """An MCP client of ``url`` on ``stack`` (closed, with what is on it, if this fails), and the
+        wrapped server's tools and profile."""
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.types import Implementation
+
         try:
             http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=60))
             info = Implementation(name="memtap-replay", version="1")
@@ -207,7 +214,7 @@ class McpTarget:
         except BaseException:
             await stack.aclose()
             raise
-        self._episodes[scope.namespace] = _Episode(stack, client, server, tools, profile)
+        return _Episode(stack, client, server, tools, profile)
 
     async def mark(self, scope: EpisodeScope, turn: TurnCall) -> None:
         """Nothing to do: every call this target makes carries its own turn."""

@@ -37,7 +37,7 @@ from memtap.probes.targets.base import (
     TargetError,
     TurnCall,
 )
-from memtap.probes.targets.mcp import McpTarget, _Episode
+from memtap.probes.targets.mcp import McpTarget
 
 __all__ = ["McpCanaryTarget"]
 
@@ -76,11 +76,6 @@ class McpCanaryTarget(McpTarget):
         return server
 
     async def open_actor(self, scope: EpisodeScope, actor: Actor) -> None:
-        import httpx2
-        from mcp import Client
-        from mcp.client.streamable_http import streamable_http_client
-        from mcp.types import Implementation
-
         server = await self._proxy(scope)
         self._base[actor.principal] = scope.namespace
         self._entities.setdefault(scope.namespace, set())
@@ -95,21 +90,9 @@ class McpCanaryTarget(McpTarget):
             "X-Memtap-Namespace": actor.principal,
             **auth,
         }
+        url = f"{server.base_url}/servers/{self.server_name}/mcp"
         stack = contextlib.AsyncExitStack()
-        try:
-            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=60))
-            transport = streamable_http_client(
-                f"{server.base_url}/servers/{self.server_name}/mcp", http_client=http
-            )
-            info = Implementation(name="memtap-replay", version="1")
-            client = await stack.enter_async_context(Client(transport, client_info=info, mode="legacy"))
-            listed = await client.list_tools()
-            tools = {t.name: t.model_dump(by_alias=True) for t in listed.tools}
-            profile = self._profile(tools)
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._episodes[actor.principal] = _Episode(stack, client, server, tools, profile)
+        self._episodes[actor.principal] = await self._connect(stack, server, url, headers)
 
     def _meta(self, actor: Actor, at: tuple[str, str], namespace: str, role: str = "user") -> dict[str, Any]:
         return {
