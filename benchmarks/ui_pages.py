@@ -11,6 +11,7 @@ the JSON API (the polling fallback) and by the server-sent event stream the page
 
     python benchmarks/ui_pages.py                      # 1M events, 100K items (minutes to build)
     python benchmarks/ui_pages.py --events 200000 --items 20000
+    python benchmarks/ui_pages.py --error-every 1000000  # denials rare: the findings page's worst case
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _id(n: int) -> str:
     return f"01BENCH{n:019d}"
 
 
-def build(path: Path, events: int, items: int) -> None:
+def build(path: Path, events: int, items: int, error_every: int = 97) -> None:
     TraceStore(path).close()
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA synchronous = OFF")
@@ -45,7 +46,7 @@ def build(path: Path, events: int, items: int) -> None:
         op = OPS[n % len(OPS)]
         ns = f"user-{n % namespaces}"
         item = f"mem_{n % items:08d}"
-        status = "error" if n % 97 == 0 else "ok"
+        status = "error" if n % error_every == 0 else "ok"
         error = (
             "principal 'x' may not read namespace 'y': none of its grants matches"
             if status == "error"
@@ -108,11 +109,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument(
+        "--error-every",
+        type=int,
+        default=97,
+        help="one refused call every N events (a large N: denials are rare, the findings page's worst case)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.db"
         started = time.perf_counter()
-        build(path, args.events, args.items)
+        build(path, args.events, args.items, args.error_every)
         print(
             f"built {args.events:,} events and {args.items:,} items in {time.perf_counter() - started:.1f} s"
         )

@@ -144,6 +144,12 @@ def test_an_interval_below_what_nvml_delivers_is_refused_with_the_minimum(tmp_pa
     ]
 
 
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_an_interval_that_is_not_a_finite_number_is_refused(value: str) -> None:
+    with pytest.raises(HwError, match=rf"--hw-interval {value} is not a number of milliseconds"):
+        check_interval(float(value))
+
+
 def test_samples_the_database_cannot_take_are_dropped_and_counted_without_blocking(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -290,3 +290,11 @@ async def test_an_add_whose_every_fact_is_already_stored_is_a_call_with_no_effec
         }
     ]
     assert listed.value["total"] == 1
+
+
+@pytest.mark.parametrize("spec", ["mem0", "mem0:"])
+def test_a_mem0_target_without_a_config_says_it_needs_one(spec: str, tmp_path: Path) -> None:
+    from memtap.probes.targets.mem0 import Mem0Target
+
+    with pytest.raises(ConfigError, match=r"^--target mem0:CONFIG needs a memtap config file"):
+        Mem0Target(spec, tmp_path / "t.db")

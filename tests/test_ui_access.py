@@ -4,6 +4,7 @@ lists, the findings or the JSON API; served alone over a real trace file behind 
 
 from __future__ import annotations
 
+import html
 import json
 import sqlite3
 from pathlib import Path
@@ -149,10 +150,10 @@ def test_hostile_run_and_label_names_cannot_close_the_chart_data_script(tmp_path
     page = client.get(f"/runs/{HOSTILE}")
     report = render_report(path, HOSTILE)
     assert listed.status_code == 200 and page.status_code == 200
-    for html in (listed.text, page.text, report):
-        assert "<script>window.pwned" not in html
-    for html in (page.text, report):
-        charts = {c["id"]: c for c in _chart_data(html)}
+    for text in (listed.text, page.text, report):
+        assert "<script>window.pwned" not in text
+    for text in (page.text, report):
+        charts = {c["id"]: c for c in _chart_data(text)}
         assert charts["accuracy_by_probe_type"]["labels"] == [HOSTILE]
         assert {p["label"] for p in charts["plasticity"]["points"]} == {f"run {HOSTILE}", HOSTILE}
 
@@ -188,3 +189,21 @@ def test_pages_past_many_unreadable_rows_show_the_readable_ones_and_never_name_t
     runs_first = local.get("/runs").text
     assert "run-z119" in runs_first and "run-z070" in runs_first and "run-z069" not in runs_first
     assert "before=run-z070" in runs_first
+
+
+def test_ids_with_url_characters_link_to_their_own_pages(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    TraceStore(path).close()
+    odd = "obs#1?x=y b/c"
+    with sqlite3.connect(path) as conn:
+        conn.execute(ITEM, (odd, "ns", "the odd one", "ann"))
+        conn.execute(RUN, (odd,))
+    client = TestClient(create_ui_app(path))
+    for listing, marker in (
+        ("/memory/items?namespace=ns", 'class="item" href="'),
+        ("/runs", '<td><a href="'),
+    ):
+        href = client.get(listing).text.split(marker)[1].split('"')[0]
+        page = client.get(html.unescape(href))
+        assert page.status_code == 200, href
+        assert html.escape(odd) in page.text, href

@@ -10,6 +10,7 @@ one more when it stops, so every call made while it ran lies between two samples
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -29,6 +30,8 @@ sampling faster only repeats readings and costs CPU."""
 
 def check_interval(interval_ms: float) -> float:
     """The interval in seconds, or an ``HwError`` naming the minimum."""
+    if not math.isfinite(interval_ms):  # nan would make the sampler spin, inf would never tick
+        raise HwError(f"--hw-interval {interval_ms:g} is not a number of milliseconds; use 20 or more")
     if interval_ms < MIN_INTERVAL_MS:
         raise HwError(
             f"--hw-interval {interval_ms:g} ms is below the {MIN_INTERVAL_MS:g} ms NVML can deliver "

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -151,7 +152,9 @@ def create_ui_app(
         return HTMLResponse(html, status_code=status)
 
     def link(request: Request, route: str, **params: Any) -> str:
-        return str(request.scope.get("root_path", "")) + str(app.router.url_path_for(route, **params))
+        # Ids are quoted: an item or run id with "?", "#" or "%" in it still links to its own page.
+        quoted = {k: quote(str(v), safe="/") for k, v in params.items()}
+        return str(request.scope.get("root_path", "")) + str(app.router.url_path_for(route, **quoted))
 
     def filters_of(request: Request) -> dict[str, str]:
         return {k: request.query_params[k] for k in EVENT_FILTERS if request.query_params.get(k)}

@@ -4,7 +4,6 @@ and one chat call's time split and energy when a hardware probe sampled while it
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from memtap.hw.figures import chat_figures, replay_figures
@@ -19,10 +18,6 @@ QUANTITY_LABELS = {
 }
 
 
-def _probed(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'hw_runs'").fetchone() is not None
-
-
 def run_energy(reader: Reader, run: dict[str, Any]) -> dict[str, Any] | None:
     """Run ``run``'s hardware figures: its score's ``energy`` when scored, else computed from the
     samples; None when it was not probed."""
@@ -30,18 +25,18 @@ def run_energy(reader: Reader, run: dict[str, Any]) -> dict[str, Any] | None:
     energy = score.get("energy") if isinstance(score, dict) else None
     if isinstance(energy, dict):
         return energy
+    if not reader.has_table("hw_runs"):
+        return None
     with reader.connect() as conn:
-        return replay_figures(conn, run["id"]) if _probed(conn) else None
+        return replay_figures(conn, run["id"])
 
 
 def chat_split(reader: Reader, event: dict[str, Any]) -> dict[str, Any] | None:
     """Chat event ``event``'s split (memory search, proxy, time to first token, generation) and
     energy, from the hardware run that sampled while it ran; None for other events or unprobed."""
-    if event.get("op") != "chat":
+    if event.get("op") != "chat" or not reader.has_table("hw_runs"):
         return None
     with reader.connect() as conn:
-        if not _probed(conn):
-            return None
         found = conn.execute(
             "SELECT id FROM hw_runs WHERE started_at <= ? AND (ended_at IS NULL OR ended_at >= ?)"
             " ORDER BY started_at DESC LIMIT 1",

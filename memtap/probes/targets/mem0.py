@@ -23,9 +23,10 @@ class Mem0Target(BuiltinTarget):
     name = "mem0"
 
     def __init__(self, spec: str, db: Path) -> None:
-        path = Path(spec.split(":", 1)[1]) if ":" in spec else None
-        if path is None or not str(path):
+        named = spec.split(":", 1)[1] if ":" in spec else ""
+        if not named:  # Path("") is ".", which would be read as the config
             raise ConfigError("--target mem0:CONFIG needs a memtap config file whose memtap.backend is mem0")
+        path = Path(named)
         config = load_config(path)
         if config.memtap.backend != "mem0":
             raise ConfigError(f"{path}: memtap.backend is {config.memtap.backend!r}; mem0:CONFIG needs mem0")
