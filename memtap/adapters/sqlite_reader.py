@@ -2,8 +2,8 @@
 
 Used by the taps of servers that keep their memory in a SQLite file
 (:mod:`memtap.adapters.libsql_server`, :mod:`memtap.adapters.keeper_server`). One
-read-only connection per store (``mode=ro``: memtap can never write the server's
-data), opened on first use and shared by the worker threads the reads run on (under a
+connection per store that refuses every change (``PRAGMA query_only``: memtap can never
+write the server's data), opened on first use and shared by the worker threads the reads run on (under a
 lock: one read at a time). Each read is its own statement outside any transaction, so
 it sees everything the server has committed (rollback journal or WAL alike).
 """
@@ -40,9 +40,13 @@ class SqliteStore:
         if self._conn is None:
             if not self.path.exists():
                 return None  # the server creates it on its first start; nothing is stored yet
+            # Not ``mode=ro``: a read-only connection to a WAL database cannot use the shared
+            # wal-index and reads the whole WAL again at every transaction (milliseconds per read).
+            # ``query_only`` refuses every change instead; ``mode=rw`` never creates the file.
             conn = sqlite3.connect(
-                f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+                f"file:{self.path}?mode=rw", uri=True, check_same_thread=False, isolation_level=None
             )
+            conn.execute("PRAGMA query_only = ON")
             conn.execute("PRAGMA busy_timeout = 5000")  # the server may hold its write lock a moment
             self._conn = conn
         return self._conn
