@@ -8,15 +8,21 @@ duplicate relation that adds nothing, and what a search returned.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import sqlite3
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from click.testing import CliRunner
 from conftest import ServerProcess, http_client, meta, write_config
-from mcp import Client
+from mcp import Client, MCPError
 from wrapped_servers import libsql_server
 
 from memtap.adapters.libsql_server import libsql_file_for, named_entities, sanitize
@@ -174,3 +180,51 @@ def test_libsql_named_entities_include_the_names_as_the_server_stores_them() -> 
     args = {"entities": [{"name": " carol\u0007", "entityType": "p", "observations": ["x"]}]}
     assert named_entities("create_entities", args) == [" carol\u0007", "carol"]
     assert named_entities("delete_relation", {"source": "a", "target": "b", "type": "t"}) == ["a", "b"]
+
+
+async def test_a_libsql_write_that_lands_after_its_timeout_is_reconciled_before_the_next_write(
+    tmp_path: Path, start_http_server: StartServer
+) -> None:
+    entry = {**libsql_server(tmp_path), "memtap": {"timeout": 1}}
+    config = write_config(tmp_path, {"graph": entry})
+    server = start_http_server("--config", str(config), command="proxy")
+    person = {"entities": [{"name": "erin", "entityType": "person", "observations": ["plays go"]}]}
+    async with http_client(server.url) as client:
+        first = {"entities": [{"name": "dora", "entityType": "person", "observations": ["rows"]}]}
+        assert not (await client.call_tool("create_entities", first)).is_error  # the upstream is started
+        pid = upstream_pid(server, "graph")
+        os.kill(pid, signal.SIGSTOP)  # a hung upstream: the write waits in its input
+        try:
+            with pytest.raises(MCPError) as hung:
+                await client.call_tool("create_entities", person)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with anyio.fail_after(20):  # the server resumes and stores the write memtap gave up on
+            while "erin" not in stored_entities(tmp_path / "graph.db"):
+                await anyio.sleep(0.02)
+        later = {"entities": [{"name": "finn", "entityType": "person", "observations": ["sails"]}]}
+        assert not (await client.call_tool("create_entities", later)).is_error
+    assert hung.value.message == "upstream 'graph' did not answer tools/call within 1 s"
+    assert server.stop() == 0
+    events, _ = trace_of(server.db)
+    [settled] = [e for e in events if e.tool == "upstream/reconcile"]  # recorded inside the next write
+    _, timed_out, ok = [e for e in events if e.tool == "create_entities"]
+    assert (timed_out.status, timed_out.effects) == ("error", [])  # nothing was stored when it failed
+    assert (settled.tool, settled.status) == ("upstream/reconcile", "ok")
+    assert [(e.kind, e.item_id, e.content_after, e.reconciled) for e in settled.effects] == [
+        (A, entity_id("erin"), "erin (person)", True),
+        (A, observation_id("erin", "plays go"), "plays go", True),
+    ]
+    evidence = settled.effects[0].evidence or {}
+    assert evidence["event"] == timed_out.id and evidence["read"] == f"file {tmp_path / 'graph.db'}"
+    assert [e.kind for e in ok.effects] == [A, A] and not any(e.reconciled for e in ok.effects)
+
+
+def stored_entities(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return [name for (name,) in conn.execute("SELECT name FROM entities")]
+
+
+def upstream_pid(server: ServerProcess, name: str) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5) as resp:
+        return int(json.load(resp)["upstreams"][name]["pid"])
