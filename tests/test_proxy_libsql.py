@@ -228,3 +228,17 @@ def stored_entities(path: Path) -> list[str]:
 def upstream_pid(server: ServerProcess, name: str) -> int:
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5) as resp:
         return int(json.load(resp)["upstreams"][name]["pid"])
+
+
+def test_a_wrapped_libsql_command_is_read_where_its_own_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As `memtap init-config` writes it: `memtap proxy --stdio -- COMMAND` with the server's env
+    # on the entry, which memtap inherits and passes on; memtap reads the file that env names.
+    command = libsql_server(tmp_path)["command"]
+    monkeypatch.setenv("LIBSQL_URL", f"file:{tmp_path / 'elsewhere.db'}")
+    result = CliRunner().invoke(cli, ["proxy", "--explain", "--", command])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith(
+        f"profile memory-libsql, effects from file {tmp_path / 'elsewhere.db'}"
+    )
