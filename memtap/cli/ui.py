@@ -52,6 +52,7 @@ def ui(
     from starlette.responses import JSONResponse, RedirectResponse
     from starlette.routing import Mount, Route
 
+    from memtap.proxy.listen import bound_port, listen
     from memtap.proxy.runtime import Settings
     from memtap.ui import create_ui_app
 
@@ -76,8 +77,13 @@ def ui(
         return JSONResponse({"status": "ok"})
 
     app = Starlette(routes=[Route("/", root), Route("/healthz", healthz), Mount("/ui", app=dashboard)])
+    sock = listen(host, port)  # a port in use is one clear error, before the address is printed
+    port = bound_port(sock)
     click.echo(f"memtap dashboard on http://{host}:{port}/ui/ (trace {path})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 @click.command()
