@@ -15,7 +15,12 @@ DEFAULT_UI_HTTP = "127.0.0.1:8760"
 @click.command()
 @db_option
 @click.option(
-    "--http", "http", metavar="HOST:PORT", default=DEFAULT_UI_HTTP, show_default=True, help="Serve here."
+    "--http",
+    "http",
+    metavar="HOST:PORT",
+    default=DEFAULT_UI_HTTP,
+    show_default=True,
+    help="Serve here (port 0: a free port, printed).",
 )
 @click.option(
     "--api-key",
