@@ -94,6 +94,13 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     )
     for error, count in summary["failures"].items():
         click.echo(f"  failed ({count}): {error}")
+    if "recorded_writes" in summary:
+        w = summary["recorded_writes"]
+        click.echo(
+            f"recorded writes replayed: {w['done']} done, {w['skipped']} skipped (no item on the target), "
+            f"{w['failed']} refused by the target; {summary['probes_refused']} retrievals refused "
+            f"(memtap compare RUN {run} --writes --retrievals)"
+        )
     click.echo(
         f"memory events recorded: {summary['memory_events']} "
         f"({summary['memory_events_without_context']} without run, episode, session and turn)"
