@@ -4,6 +4,7 @@ re-issued against the reference MCP memory server and against mem0."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,72 @@ def test_a_from_trace_selection_with_no_events_is_one_clear_line(tmp_path: Path,
     assert "--from-trace selection holds no memory events" in empty.output and "run 'nope'" in empty.output
     both = run_cli("replay", str(tmp_path / "x.jsonl"), "--from-trace", str(db_path), "--target", "builtin")
     assert both.exit_code == 2 and "one of them" in both.output
+
+
+async def record_two_namespaces(server: ServerProcess) -> None:
+    """Run ``live``: alice writes, then bob writes and searches, then alice deletes her first write;
+    run ``other``: one more write by alice."""
+    async with http_client(server.url, {"X-Memtap-Namespace": "alice", "X-Memtap-Run": "live"}) as alice:
+        first = await alice.call_tool(
+            "memory_add", {"content": "Alice likes rowing"}, meta=meta(session="a1")
+        )
+        await alice.call_tool("memory_add", {"content": "Alice likes chess"}, meta=meta(session="a1"))
+        async with http_client(server.url, {"X-Memtap-Namespace": "bob", "X-Memtap-Run": "live"}) as bob:
+            await bob.call_tool("memory_add", {"content": "Bob sails"}, meta=meta(session="b1"))
+            await bob.call_tool("memory_search", {"query": "sails"}, meta=meta(session="b1"))
+        assert first.structured_content is not None
+        await alice.call_tool(
+            "memory_delete", {"id": first.structured_content["id"]}, meta=meta(session="a2")
+        )
+    async with http_client(server.url, {"X-Memtap-Namespace": "alice", "X-Memtap-Run": "other"}) as other:
+        await other.call_tool("memory_add", {"content": "Alice likes golf"}, meta=meta(session="o1"))
+
+
+def replayed(out: Path, run: str) -> list[tuple[str, str, str, str | None]]:
+    """(episode, tool, status, why) of each recorded write the run replayed."""
+    conn = sqlite3.connect(out)
+    rows = conn.execute(
+        "SELECT episode_id, tool, status, why FROM run_writes WHERE run_id = ? ORDER BY turn_id", [run]
+    ).fetchall()
+    conn.close()
+    return [tuple(r) for r in rows]
+
+
+def test_from_run_namespace_since_and_until_select_what_an_ab_replay_reissues(
+    start_http_server: Any, tmp_path: Path
+) -> None:
+    server = start_http_server()
+    anyio.run(record_two_namespaces, server)
+    server.stop()
+    store = TraceStore(server.db)
+    times = [e.started_at.isoformat() for e in store.list_events(run="live")]
+    store.close()
+    out = tmp_path / "ab.db"
+
+    bob = ab_replay(server.db, "builtin", out, "bob", "--from-run", "live", "--namespace", "bob")
+    assert (bob["turns"], bob["probes"]) == (1, 1)
+    assert replayed(out, "bob") == [("trace-bob", "memory_add", "done", None)]
+    everything = ab_replay(server.db, "builtin", out, "all", "--namespace", "alice")
+    assert [r[:3] for r in replayed(out, "all")] == [
+        ("trace-alice", "memory_add", "done"), ("trace-alice", "memory_add", "done"),
+        ("trace-alice", "memory_delete", "done"), ("trace-alice", "memory_add", "done"),
+    ]  # fmt: skip
+    assert everything["recorded_writes"] == {"done": 4, "skipped": 0, "failed": 0}
+    # from alice's second write on: the delete names an item whose write is outside the selection
+    later = ab_replay(server.db, "builtin", out, "later", "--from-run", "live", "--namespace", "alice",
+                      "--since", times[1])  # fmt: skip
+    assert later["recorded_writes"] == {"done": 1, "skipped": 1, "failed": 0}
+    [(_, _, _, why)] = [r for r in replayed(out, "later") if r[2] == "skipped"]
+    assert why is not None and "has no item on the target" in why
+    early = ab_replay(server.db, "builtin", out, "early", "--from-run", "live", "--until", times[2])
+    assert (early["turns"], early["probes"]) == (3, 0)
+    assert sorted(r[:3] for r in replayed(out, "early")) == [
+        ("trace-alice", "memory_add", "done"), ("trace-alice", "memory_add", "done"),
+        ("trace-bob", "memory_add", "done"),
+    ]  # fmt: skip
+    bad = run_cli("replay", "--from-trace", str(server.db), "--since", "yesterday", "--target", "builtin",
+                  "--db", str(out))  # fmt: skip
+    assert bad.exit_code == 2 and "--since 'yesterday' is not an ISO 8601 time" in bad.output
+    window = run_cli("replay", "--from-trace", str(server.db), "--from-run", "live", "--since", times[-1],
+                     "--until", times[0], "--target", "builtin", "--db", str(out))  # fmt: skip
+    assert window.exit_code == 2 and "holds no memory events" in window.output and "since" in window.output

@@ -97,7 +97,7 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     if "recorded_writes" in summary:
         w = summary["recorded_writes"]
         click.echo(
-            f"recorded writes replayed: {w['done']} done, {w['skipped']} skipped (no item on the target), "
+            f"recorded writes replayed: {w['done']} done, {w['skipped']} skipped, "
             f"{w['failed']} refused by the target; {summary['probes_refused']} retrievals refused "
             f"(memtap compare RUN {run} --writes --retrievals)"
         )

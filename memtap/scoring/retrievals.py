@@ -118,8 +118,9 @@ def render_retrievals(result: dict[str, Any]) -> str:
         for side in ("a", "b"):
             if p[f"refused_{side}"]:
                 lines.append(f"  {side.upper()} refused: {p[f'refused_{side}']}")
-            if p[f"gate_{side}"]:
-                lines.append(f"  gate {side.upper()}: {p[f'gate_{side}']}")
+        gates = (p["gate_a"], p["gate_b"])
+        if gates[0] != gates[1] or any(g and not g.endswith(":allow") for g in gates):
+            lines.append(f"  gate A: {gates[0] or '-'}, B: {gates[1] or '-'}")
         lines.extend(f"  only A: {c}" for c in p["only_a"])
         lines.extend(f"  only B: {c}" for c in p["only_b"])
     return "\n".join(lines)
