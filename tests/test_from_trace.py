@@ -253,3 +253,39 @@ def test_from_run_namespace_since_and_until_select_what_an_ab_replay_reissues(
     window = run_cli("replay", "--from-trace", str(server.db), "--from-run", "live", "--since", times[-1],
                      "--until", times[0], "--target", "builtin", "--db", str(out))  # fmt: skip
     assert window.exit_code == 2 and "holds no memory events" in window.output and "since" in window.output
+
+
+async def record_long_and_short(server: ServerProcess) -> None:
+    async with http_client(server.url, {"X-Memtap-Namespace": "alice", "X-Memtap-Run": "live"}) as client:
+        for content in ("Alice rows", "Alice keeps a long diary of every rowing session"):
+            await client.call_tool("memory_add", {"content": content}, meta=meta(session="s1"))
+        for query in ("rows", "which sessions did Alice write about in her diary"):
+            await client.call_tool("memory_search", {"query": query}, meta=meta(session="s1"))
+
+
+def test_calls_the_target_refuses_are_recorded_and_counted_and_the_ab_run_goes_on(
+    start_http_server: Any, tmp_path: Path
+) -> None:
+    source = start_http_server()
+    anyio.run(record_long_and_short, source)
+    source.stop()
+    out = tmp_path / "ab.db"
+    strict = start_http_server("--max-content-bytes", "24", db=out)  # refuses the long write and query
+
+    done = run_cli("replay", "--from-trace", str(source.db), "--target", "builtin", "--server", strict.url,
+                   "--db", str(out), "--run", "strict", "--json")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    summary = json.loads(done.output.splitlines()[-1])
+    assert (summary["status"], summary["episodes_done"], summary["probes"]) == ("completed", 1, 2)
+    assert summary["recorded_writes"] == {"done": 1, "skipped": 0, "failed": 1}
+    assert summary["probes_refused"] == 1
+    [(_, _, status, why)] = [r for r in replayed(out, "strict") if r[2] != "done"]
+    assert status == "failed" and why is not None and "memory_add refused" in why and "limit" in why
+    text = run_cli("replay", "--from-trace", str(source.db), "--target", "builtin", "--server", strict.url,
+                   "--db", str(out), "--run", "strict-text")  # fmt: skip
+    assert (
+        "recorded writes replayed: 1 done, 0 skipped, 1 refused by the target; 1 retrievals refused"
+        in text.output
+    )
+    table = run_cli("compare", "strict", "strict-text", "--retrievals", "--db", str(out)).output
+    assert "A refused: memory_search failed:" in table and "B refused: memory_search failed:" in table
