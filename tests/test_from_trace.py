@@ -108,6 +108,15 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
     mem0_events = [e for e in store.list_events(run="ab-mem0") if e.op != Op.RETRIEVE]
     ref_events = [e for e in store.list_events(run="ab-ref") if e.op != Op.RETRIEVE]
     live_items = {i.content for i in store.list_items() if i.namespace.startswith("ab-mem0/")}
+    first_probe = {
+        run: {
+            f.content_after
+            for e in store.list_events(run=run)
+            if e.context.turn == "q00000"
+            for f in e.effects
+        }
+        for run in ("ab-builtin", "ab-mem0", "ab-ref")
+    }
     store.close()
     # the update and the delete reached mem0's items created from the same recorded writes
     assert [(e.tool, e.context.session, [(f.kind.value, f.content_before, f.content_after) for f in e.effects])
@@ -121,6 +130,9 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
     ]  # fmt: skip
     assert mem0_events[-1].status == "error"
     assert live_items == {"Alice trains at Iron gym", "Alice drinks green tea"}
+    # the first retrieval is asked where it was recorded: after the first three writes, before the update
+    assert all("Alice trains at FitLife gym" in found for found in first_probe.values()), first_probe
+    assert not any("Alice trains at Iron gym" in found for found in first_probe.values()), first_probe
     # on the reference server an update is the observation's delete then the new one's add, which
     # memtap's derivation records as the update of the observation (before and after)
     assert [(e.tool, [f.kind.value for f in e.effects]) for e in ref_events] == [
