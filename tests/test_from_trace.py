@@ -46,7 +46,11 @@ async def record_live_traffic(server: ServerProcess) -> None:
         await client.call_tool("memory_delete", {"id": "mem_nope"}, meta=meta(session="s2", turn="3"))
         note = await add("[unparseable] Alice hums", session="s2", turn="4")
         await client.call_tool("memory_delete", {"id": note}, meta=meta(session="s2", turn="5"))
-        await client.call_tool("memory_search", {"query": "gym tea cat"}, meta=meta(session="s2", turn="6"))
+        hobbies = await add("Alice bakes bread. Alice plays piano", session="s2", turn="6")  # mem0: two facts
+        await client.call_tool("memory_update", {"id": hobbies, "content": "Alice bakes rye bread"},
+                               meta=meta(session="s2", turn="7"))  # fmt: skip
+        await client.call_tool("memory_delete", {"id": hobbies}, meta=meta(session="s2", turn="8"))
+        await client.call_tool("memory_search", {"query": "gym tea cat"}, meta=meta(session="s2", turn="9"))
 
 
 def ab_replay(trace: Path, target: str, out: Path, run: str, *selection: str) -> dict[str, Any]:
@@ -76,7 +80,9 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
         [("memory_add", "Alice trains at FitLife gym"), ("memory_add", "Alice drinks green tea"),
          ("memory_add", "Alice owns a cat named Tom")],
         [("memory_update", "Alice trains at Iron gym"), ("memory_delete", ""),
-         ("memory_add", "[unparseable] Alice hums"), ("memory_delete", "")],
+         ("memory_add", "[unparseable] Alice hums"), ("memory_delete", ""),
+         ("memory_add", "Alice bakes bread. Alice plays piano"), ("memory_update", "Alice bakes rye bread"),
+         ("memory_delete", "")],
     ]  # fmt: skip
     assert [(p.question, p.requester) for p in episode.probes] == [
         ("which gym", "alice"),
@@ -88,21 +94,22 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
     onto_reference = ab_replay(server.db, f"mcp:{reference}:memory", out, "ab-ref", "--from-run", "live")
     assert (onto_reference["status"], onto_reference["turns"], onto_reference["probes"]) == (
         "completed",
-        7,
+        10,
         2,
     )
-    assert onto_reference["recorded_writes"] == {"done": 7, "skipped": 0, "failed": 0}
+    assert onto_reference["recorded_writes"] == {"done": 10, "skipped": 0, "failed": 0}
     mem0_config = tmp_path / "mem0.json"
     mem0_config.write_text(json.dumps({"model_list": model_list(upstream),
                                        "memtap": {"backend": "mem0", "mem0": mem0_settings(upstream, tmp_path / "m")}}))  # fmt: skip
     onto_mem0 = ab_replay(server.db, f"mem0:{mem0_config}", out, "ab-mem0", "--from-run", "live")
     # mem0 refuses the write its extraction cannot parse; the run goes on, and the delete of that
-    # write's item has nothing to delete on mem0
+    # write's item has nothing to delete on mem0; the update of the write mem0 split into two facts
+    # cannot name one of them (skipped), and its delete deletes both
     assert onto_mem0["status"] == "completed" and onto_mem0["episodes_done"] == 1
-    assert onto_mem0["recorded_writes"] == {"done": 5, "skipped": 1, "failed": 1}
+    assert onto_mem0["recorded_writes"] == {"done": 7, "skipped": 2, "failed": 1}
     assert onto_mem0["probes_refused"] == 0
     onto_builtin = ab_replay(server.db, "builtin", out, "ab-builtin", "--from-run", "live")
-    assert onto_builtin["recorded_writes"] == {"done": 7, "skipped": 0, "failed": 0}
+    assert onto_builtin["recorded_writes"] == {"done": 10, "skipped": 0, "failed": 0}
 
     store = TraceStore(out)
     mem0_events = [e for e in store.list_events(run="ab-mem0") if e.op != Op.RETRIEVE]
@@ -127,8 +134,11 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
         ("memory_update", "s2", [("update", "Alice trains at FitLife gym", "Alice trains at Iron gym")]),
         ("memory_delete", "s2", [("delete", "Alice owns a cat named Tom", None)]),
         ("memory_add", "s2", []),
+        ("memory_add", "s2", [("add", None, "Alice bakes bread"), ("add", None, "Alice plays piano")]),
+        ("memory_delete", "s2", [("delete", "Alice bakes bread", None)]),
+        ("memory_delete", "s2", [("delete", "Alice plays piano", None)]),
     ]  # fmt: skip
-    assert mem0_events[-1].status == "error"
+    assert mem0_events[5].status == "error"
     assert live_items == {"Alice trains at Iron gym", "Alice drinks green tea"}
     # the first retrieval is asked where it was recorded: after the first three writes, before the update
     assert all("Alice trains at FitLife gym" in found for found in first_probe.values()), first_probe
@@ -139,6 +149,8 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
         ("create_entities", ["add", "add"]), ("add_observations", ["add"]), ("add_observations", ["add"]),
         ("delete_observations", ["delete"]), ("add_observations", ["update"]), ("delete_observations", ["delete"]),
         ("add_observations", ["add"]), ("delete_observations", ["delete"]),
+        ("add_observations", ["add"]), ("delete_observations", ["delete"]), ("add_observations", ["update"]),
+        ("delete_observations", ["delete"]),
     ]  # fmt: skip
 
     compared = run_cli("compare", "ab-builtin", "ab-mem0", "--writes", "--retrievals", "--k", "3",
@@ -150,11 +162,15 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
         ("t00000", "memory_add", "added", "added"), ("t00001", "memory_add", "added", "added"),
         ("t00002", "memory_add", "added", "added"), ("t00003", "memory_update", "updated", "updated"),
         ("t00004", "memory_delete", "deleted", "deleted"), ("t00005", "memory_add", "added", "failed"),
-        ("t00006", "memory_delete", "deleted", "skipped"),
+        ("t00006", "memory_delete", "deleted", "skipped"), ("t00007", "memory_add", "added", "added"),
+        ("t00008", "memory_update", "updated", "skipped"), ("t00009", "memory_delete", "deleted", "deleted"),
     ]  # fmt: skip
-    assert writes["same_action"] == 5 and writes["actions"]["b"] == {
-        "added": 3, "updated": 1, "deleted": 1, "failed": 1, "skipped": 1
+    assert writes["same_action"] == 7 and writes["actions"]["b"] == {
+        "added": 4, "updated": 1, "deleted": 2, "failed": 1, "skipped": 2
     }  # fmt: skip
+    split = writes["writes"][8]["b"]["why"]
+    assert "stored source item mem_" in split and "as 2 items; a recorded update names one" in split
+    assert writes["writes"][9]["b"]["removed"] == ["Alice bakes bread", "Alice plays piano"]
     failed, skipped = writes["writes"][5]["b"], writes["writes"][6]["b"]
     assert "could not parse" in failed["why"] and failed["ms"] is not None
     assert skipped["why"].startswith("source item mem_") and "has no item on the target" in skipped["why"]
@@ -175,11 +191,12 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
         ("t00000", "memory_add", "added", "added"), ("t00001", "memory_add", "added", "added"),
         ("t00002", "memory_add", "added", "added"), ("t00003", "memory_update", "updated", "updated"),
         ("t00004", "memory_delete", "deleted", "deleted"), ("t00005", "memory_add", "added", "added"),
-        ("t00006", "memory_delete", "deleted", "deleted"),
+        ("t00006", "memory_delete", "deleted", "deleted"), ("t00007", "memory_add", "added", "added"),
+        ("t00008", "memory_update", "updated", "updated"), ("t00009", "memory_delete", "deleted", "deleted"),
     ]  # fmt: skip
     table = run_cli("compare", "ab-builtin", "ab-mem0", "--writes", "--retrievals", "--db", str(out)).output
     assert table.startswith(
-        "writes of ab-builtin (A) and ab-mem0 (B): 7 recorded writes paired, 5 with the same"
+        "writes of ab-builtin (A) and ab-mem0 (B): 10 recorded writes paired, 7 with the same"
     )
     assert "trace-alice t00003 memory_update: A updated (" in table
     assert "'Alice trains at Iron gym'" in table
