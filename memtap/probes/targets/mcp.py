@@ -51,9 +51,9 @@ from memtap.adapters.graph_state import graph_from_result
 from memtap.adapters.memory_server import observation_id
 from memtap.adapters.profiles import Profile, detect_profile, find_profile
 from memtap.errors import ConfigError
-from memtap.probes.ab_replay import WriteOutcome
 from memtap.probes.targets._server import MemtapServer
 from memtap.probes.targets.base import EpisodeScope, ProbeCall, ProbeResult, Retrieved, TargetError, TurnCall
+from memtap.probes.targets.mcp_recorded import RecordedObservations
 
 __all__ = ["McpTarget", "parse_mcp_spec"]
 
@@ -100,7 +100,7 @@ class _Episode:
     observations: dict[str, tuple[str, str]] = field(default_factory=dict)  # replayed: id -> (entity, text)
 
 
-class McpTarget:
+class McpTarget(RecordedObservations):
     name = "mcp"
 
     def __init__(self, spec: str, db: Path) -> None:
@@ -247,86 +247,6 @@ class McpTarget:
         create = {"entities": [{"name": entity, "entityType": "speaker", "observations": [turn.content]}]}
         await self._call(episode, "create_entities", create, meta)
         episode.speakers.add(entity)
-
-    # -- recorded traffic (A/B replay, memtap.probes.ab_replay) ------------------------------------
-
-    async def _timed(
-        self, episode: _Episode, calls: list[tuple[str, dict[str, Any]]], turn: TurnCall
-    ) -> tuple[WriteOutcome, Any]:
-        """``calls`` in order, in the turn's context, until one is refused: (outcome, last result)."""
-        meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
-        started, result = time.perf_counter(), None
-        for tool, args in calls:
-            result = await self._call(episode, tool, args, meta, check=False)
-            if result.is_error:
-                ms = (time.perf_counter() - started) * 1000
-                return WriteOutcome(False, ms=ms, error=f"{tool} refused: {_error_text(result)}"), result
-        return WriteOutcome(True, ms=(time.perf_counter() - started) * 1000), result
-
-    async def write_recorded(self, scope: EpisodeScope, turn: TurnCall) -> WriteOutcome:
-        """A recorded write: the reference server's observation of the speaker's entity (its id is the
-        observation's); another profile's write tool (the ids its structured result names)."""
-        episode = self._episodes[scope.namespace]
-        if episode.profile.name != "server-memory":
-            assert episode.profile.write_tool is not None
-            args = self._generic_args(episode, episode.profile.write_tool, turn.content, scope.namespace)
-            outcome, result = await self._timed(episode, [(episode.profile.write_tool, args)], turn)
-            outcome.items = [r.item_id for r in _generic_results(result, 1000)] if outcome.ok else []
-            return outcome
-        entity = turn.speaker or scope.owner
-        if entity in episode.speakers:
-            call = (
-                "add_observations",
-                {"observations": [{"entityName": entity, "contents": [turn.content]}]},
-            )
-        else:
-            entities = [{"name": entity, "entityType": "speaker", "observations": [turn.content]}]
-            call = ("create_entities", {"entities": entities})
-        outcome, _ = await self._timed(episode, [call], turn)
-        if outcome.ok:
-            episode.speakers.add(entity)
-            item = observation_id(entity, turn.content)
-            episode.observations[item] = (entity, turn.content)
-            outcome.items = [item]
-        return outcome
-
-    def _observation(self, episode: _Episode, item: str, tool: str) -> tuple[str, str] | WriteOutcome:
-        if episode.profile.name != "server-memory":
-            return WriteOutcome(False, skipped=f"profile {episode.profile.name} replays no recorded {tool}")
-        found = episode.observations.get(item)
-        return found if found is not None else WriteOutcome(False, skipped=f"no observation {item} replayed")
-
-    async def update_recorded(self, scope: EpisodeScope, turn: TurnCall, item: str) -> WriteOutcome:
-        """An update of an observation: its delete, then the new content added to the same entity."""
-        episode = self._episodes[scope.namespace]
-        found = self._observation(episode, item, "memory_update")
-        if isinstance(found, WriteOutcome):
-            return found
-        entity, old = found
-        gone = {"deletions": [{"entityName": entity, "observations": [old]}]}
-        added = {"observations": [{"entityName": entity, "contents": [turn.content]}]}
-        outcome, _ = await self._timed(
-            episode, [("delete_observations", gone), ("add_observations", added)], turn
-        )
-        if outcome.ok:
-            new = observation_id(entity, turn.content)
-            del episode.observations[item]
-            episode.observations[new] = (entity, turn.content)
-            outcome.items = [new]
-        return outcome
-
-    async def delete_recorded(self, scope: EpisodeScope, turn: TurnCall, item: str) -> WriteOutcome:
-        episode = self._episodes[scope.namespace]
-        found = self._observation(episode, item, "memory_delete")
-        if isinstance(found, WriteOutcome):
-            return found
-        entity, old = found
-        gone = {"deletions": [{"entityName": entity, "observations": [old]}]}
-        outcome, _ = await self._timed(episode, [("delete_observations", gone)], turn)
-        if outcome.ok:
-            del episode.observations[item]
-            outcome.items = [item]
-        return outcome
 
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
         episode = self._episodes[scope.namespace]
