@@ -75,11 +75,8 @@ class RecordedPlayer:
         meta: dict[str, Any] = turn.metadata
         tool = str(meta.get("recorded_tool") or "memory_add")
         call = replace(call, session=str(meta.get("recorded_session") or call.session))
-        source = (
-            [str(meta["source_id"])]
-            if "source_id" in meta
-            else [str(i) for i in meta.get("source_items", [])]
-        )
+        named = meta.get("source_id", meta.get("updates"))  # "updates": suites frozen before deletes
+        source = [str(named)] if named is not None else [str(i) for i in meta.get("source_items", [])]
         outcome = await self._play(tool, call, source)
         if outcome.skipped is not None:
             status, why = "skipped", outcome.skipped
@@ -110,6 +107,8 @@ class RecordedPlayer:
                 for item in source:
                     self.ids[item] = list(outcome.items)
             return outcome
+        if len(source) != 1:
+            return WriteOutcome(False, skipped=f"the recorded {tool} names no source item")
         [item] = source
         mapped = self.ids.get(item)
         if not mapped:
