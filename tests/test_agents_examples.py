@@ -38,7 +38,9 @@ from memtap.probes.targets._server import free_port, wait_healthy
 
 AGENTS = ROOT / "examples" / "agents"
 SCRIPTS = {"openai-agents": AGENTS / "openai_agents_memory.py", "langgraph": AGENTS / "langgraph_memory.py"}
-LANGGRAPH_PYTHON = Path(os.environ.get("MEMTAP_LANGGRAPH_PYTHON") or ROOT / ".venv-langgraph" / "bin" / "python")
+LANGGRAPH_PYTHON = Path(
+    os.environ.get("MEMTAP_LANGGRAPH_PYTHON") or ROOT / ".venv-langgraph" / "bin" / "python"
+)
 
 
 def run_cli(*args: str) -> Result:
@@ -92,7 +94,9 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
         agent = Agent(proc, f"http://127.0.0.1:{port}", network_log)
         started.append(agent)
         if wait_healthy(agent.base, proc, timeout=90) is None:
-            pytest.fail(f"the {framework} agent did not start: {(tmp_path / f'{framework}.log').read_text()[-800:]}")
+            pytest.fail(
+                f"the {framework} agent did not start: {(tmp_path / f'{framework}.log').read_text()[-800:]}"
+            )
         return agent
 
     yield start
@@ -138,7 +142,9 @@ def test_framework_agent_replayed_through_a_paradigms_suite_is_scored_at_every_l
     assert {e[1] for e in events} == {"memory_add", "memory_search"}
 
     # A statement of the user is stored once, in its own turn and words; a question is searched.
-    turns = {(e.episode_id, s.session_id, t.turn_id): t for e in episodes for s in e.sessions for t in s.turns}
+    turns = {
+        (e.episode_id, s.session_id, t.turn_id): t for e in episodes for s in e.sessions for t in s.turns
+    }
     stated = {k for k, t in turns.items() if t.role != "assistant" and not t.content.strip().endswith("?")}
     writes = [e for e in events if e[0] == "write"]
     assert sorted((ep, s, t) for *_, ep, s, t, _, _, _ in writes) == sorted(stated)
@@ -149,7 +155,9 @@ def test_framework_agent_replayed_through_a_paradigms_suite_is_scored_at_every_l
     assert searched == set(probes)
 
     # Each probe's answer is the agent's reply, read off what its own search returned.
-    for episode, probe, answer in rows(db_path, "SELECT episode_id, probe_id, answer FROM run_probes WHERE run_id = 'a1'"):
+    for episode, probe, answer in rows(
+        db_path, "SELECT episode_id, probe_id, answer FROM run_probes WHERE run_id = 'a1'"
+    ):
         top = rows(db_path, """SELECT f.content_after FROM events e JOIN effects f ON f.event_id = e.id
                                WHERE e.run_id = 'a1' AND e.episode = ? AND e.session = 'probes' AND e.turn = ?
                                AND f.kind = 'retrieve' ORDER BY f.rank LIMIT 1""", episode, probe)  # fmt: skip
@@ -175,7 +183,11 @@ def test_agent_endpoint_answers_bad_input_and_an_unreachable_memory_with_one_cle
         (b"{not json", 400, "not JSON"),
         (json.dumps({"messages": []}).encode(), 400, "messages: give a non-empty list"),
         (json.dumps({"messages": [{"role": "robot", "content": "hi"}]}).encode(), 400, "messages[0]: role"),
-        (json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": True}).encode(), 400, "stream"),
+        (
+            json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": True}).encode(),
+            400,
+            "stream",
+        ),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode(), 502, "the agent failed"),
     ]
     for body, status, message in cases:

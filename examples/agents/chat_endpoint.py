@@ -104,7 +104,9 @@ def _messages(body: dict[str, Any]) -> list[dict[str, str]] | str:
 
 def build_app(name: str, respond: Respond) -> Starlette:
     async def models(request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "example"}]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "example"}]}
+        )
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "agent": name})

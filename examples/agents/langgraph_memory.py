@@ -12,7 +12,8 @@ session and turn the replay named.
 ``langchain-mcp-adapters`` needs the MCP SDK 1.x and memtap the 2.x, so this agent runs in an
 environment of its own (``examples/agents/requirements-langgraph.txt``)::
 
-    python -m venv .venv-langgraph && .venv-langgraph/bin/pip install -r examples/agents/requirements-langgraph.txt
+    python -m venv .venv-langgraph
+    .venv-langgraph/bin/pip install -r examples/agents/requirements-langgraph.txt
     .venv-langgraph/bin/python examples/agents/langgraph_memory.py --memtap-url http://127.0.0.1:8765/mcp \\
         --model-url https://api.openai.com/v1 --model gpt-4o-mini --port 8801
 
@@ -80,8 +81,12 @@ def build_responder(memtap_url: str, model: ChatOpenAI, max_turns: int):  # type
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--memtap-url", required=True, help="memtap's MCP endpoint, e.g. http://127.0.0.1:8765/mcp")
-    parser.add_argument("--model-url", required=True, help="an OpenAI-compatible API base for the agent's model")
+    parser.add_argument(
+        "--memtap-url", required=True, help="memtap's MCP endpoint, e.g. http://127.0.0.1:8765/mcp"
+    )
+    parser.add_argument(
+        "--model-url", required=True, help="an OpenAI-compatible API base for the agent's model"
+    )
     parser.add_argument("--model", required=True, help="the model's name at --model-url")
     parser.add_argument("--model-key", default=os.environ.get("OPENAI_API_KEY", "unused"))
     parser.add_argument("--name", default="langgraph-memory", help="the model name the endpoint lists")

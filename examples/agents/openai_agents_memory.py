@@ -56,8 +56,12 @@ def build_responder(memtap_url: str, model: OpenAIChatCompletionsModel, max_turn
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--memtap-url", required=True, help="memtap's MCP endpoint, e.g. http://127.0.0.1:8765/mcp")
-    parser.add_argument("--model-url", required=True, help="an OpenAI-compatible API base for the agent's model")
+    parser.add_argument(
+        "--memtap-url", required=True, help="memtap's MCP endpoint, e.g. http://127.0.0.1:8765/mcp"
+    )
+    parser.add_argument(
+        "--model-url", required=True, help="an OpenAI-compatible API base for the agent's model"
+    )
     parser.add_argument("--model", required=True, help="the model's name at --model-url")
     parser.add_argument("--model-key", default=os.environ.get("OPENAI_API_KEY", "unused"))
     parser.add_argument("--name", default="openai-agents-memory", help="the model name the endpoint lists")
