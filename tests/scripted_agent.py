@@ -6,7 +6,8 @@ From the last message of the conversation it is sent:
 - a user message that asks something (it ends with ``?``): a call of the memory search tool
   with the question as its query;
 - any other user message (a statement): a call of the memory add tool with the message, as the
-  fact the user stated;
+  fact the user stated, tagged for the people its instructions name (``The people in this
+  conversation: A, B.``: ``access`` visible to those participants);
 - the result of a search: the answer, read off the results: the best-ranked memory's text
   (``I don't know.`` when the search found nothing);
 - the result of an add: ``Noted.``.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from typing import Any
 
 MODEL = "memory-agent"
@@ -76,6 +78,17 @@ def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
+def _access(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for message in messages:
+        if message.get("role") in ("system", "developer"):
+            found = re.search(
+                r"The people in this conversation: (.*?)\. ", _text(message.get("content")) + " "
+            )
+            if found:
+                return {"visibility": "participants", "participants": found.group(1).split(", ")}
+    return None
+
+
 def _say(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": text}
 
@@ -99,4 +112,7 @@ def reply(body: dict[str, Any]) -> dict[str, Any]:
     search, add = _tool(body, "memory_search"), _tool(body, "memory_add")
     if said.endswith("?"):
         return _call(search, {"query": said}) if search else _say("I don't know.")
-    return _call(add, {"content": said}) if add else _say("Noted.")
+    if add is None:
+        return _say("Noted.")
+    access = _access(messages)
+    return _call(add, {"content": said, **({"access": access} if access else {})})

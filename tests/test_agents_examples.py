@@ -148,11 +148,19 @@ def test_framework_agent_replayed_through_a_paradigms_suite_is_scored_at_every_l
     stated = {k for k, t in turns.items() if t.role != "assistant" and not t.content.strip().endswith("?")}
     writes = [e for e in events if e[0] == "write"]
     assert sorted((ep, s, t) for *_, ep, s, t, _, _, _ in writes) == sorted(stated)
-    assert all(json.loads(args)["content"] == turns[(ep, s, t)].content and role == turns[(ep, s, t)].role
-               for *_, ep, s, t, role, _, args in writes)  # fmt: skip
+    for *_, ep, s, t, role, _, args in writes:
+        said, stored = turns[(ep, s, t)], json.loads(args)
+        assert (stored["content"], role) == (said.content, said.role)
+        # tagged by the model for the people its instructions named, so they may be told it again
+        assert (
+            stored["access"]["visibility"] == "participants"
+            and said.speaker in stored["access"]["participants"]
+        )
     probes = {(e.episode_id, "probes", p.probe_id): p for e in episodes for p in e.probes}
-    searched = {(ep, s, t) for op, *_, ep, s, t, _, _, _ in events if op == "retrieve" and s == "probes"}
-    assert searched == set(probes)
+    searched = {
+        (ep, s, t): who for op, *_, ep, s, t, _, who, _ in events if op == "retrieve" and s == "probes"
+    }
+    assert searched == {key: probe.requester for key, probe in probes.items()}
 
     # Each probe's answer is the agent's reply, read off what its own search returned.
     for episode, probe, answer in rows(
@@ -171,6 +179,8 @@ def test_framework_agent_replayed_through_a_paradigms_suite_is_scored_at_every_l
                            ("answer", "answer_accuracy")]:  # fmt: skip
         value = score["measures"][measure]
         assert number(value["value"]) and value["n"] > 0, (level, measure, value)
+    # The owner's probes found memories tagged for the owner: no retrieval counted as a leak.
+    assert score["measures"]["retrieval_leak_rate"]["value"] == 0.0
     assert not agent.network_log.exists(), agent.network_log.read_text()  # nothing but loopback
 
 

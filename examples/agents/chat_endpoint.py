@@ -58,10 +58,24 @@ ROLES = {"system", "developer", "user", "assistant"}
 @dataclass
 class Chat:
     """One chat call: the conversation (role and content of each message, ``tool`` messages
-    dropped) and the memtap headers to pin on the agent's memory connection."""
+    dropped), the memtap headers to pin on the agent's memory connection, and the people who
+    speak in it (the ``name`` of its user messages)."""
 
     messages: list[dict[str, str]]
     headers: dict[str, str] = field(default_factory=dict)
+    people: list[str] = field(default_factory=list)
+
+    def instructions(self, base: str) -> str:
+        """``base``, and who takes part, so the model can tag what it stores for them: without
+        access tags a memory is private to the namespace, and memtap's gate then flags every
+        later retrieval of it for another requester (the conversation's user included)."""
+        if not self.people:
+            return base
+        names = ", ".join(self.people)
+        return (
+            f"{base} The people in this conversation: {names}. Store each memory with access "
+            f'{{"visibility": "participants", "participants": [{", ".join(map(json.dumps, self.people))}]}}.'
+        )
 
 
 Respond = Callable[[Chat], Awaitable[str]]
@@ -78,6 +92,11 @@ def memtap_headers(request_headers: Any, user: object = None) -> dict[str, str]:
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status)
+
+
+def _people(body: dict[str, Any]) -> list[str]:
+    names = [m.get("name") for m in body["messages"] if isinstance(m, dict) and m.get("role") == "user"]
+    return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, str]] | str:
@@ -123,7 +142,7 @@ def build_app(name: str, respond: Respond) -> Starlette:
         messages = _messages(body)
         if isinstance(messages, str):
             return _error(400, messages)
-        chat = Chat(messages, memtap_headers(request.headers, body.get("user")))
+        chat = Chat(messages, memtap_headers(request.headers, body.get("user")), _people(body))
         try:
             reply = await respond(chat)
         except Exception as exc:  # the agent's model or memtap failed: say so, one line

@@ -48,12 +48,12 @@ INSTRUCTIONS = (
 _MESSAGE = {"system": SystemMessage, "developer": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
 
 
-def build_graph(model: ChatOpenAI, tools: list):  # type: ignore[no-untyped-def,type-arg]
+def build_graph(model: ChatOpenAI, tools: list, instructions: str):  # type: ignore[no-untyped-def,type-arg]
     """model -> (tools -> model)* -> end, the agent loop as a LangGraph graph."""
     bound = model.bind_tools(tools)
 
     async def call_model(state: MessagesState) -> dict[str, list[AnyMessage]]:
-        return {"messages": [await bound.ainvoke([SystemMessage(INSTRUCTIONS), *state["messages"]])]}
+        return {"messages": [await bound.ainvoke([SystemMessage(instructions), *state["messages"]])]}
 
     graph = StateGraph(MessagesState)
     graph.add_node("model", call_model)
@@ -70,7 +70,7 @@ def build_responder(memtap_url: str, model: ChatOpenAI, max_turns: int):  # type
             {"memtap": {"transport": "streamable_http", "url": memtap_url, "headers": chat.headers}}
         )
         async with client.session("memtap") as session:
-            graph = build_graph(model, await load_mcp_tools(session))
+            graph = build_graph(model, await load_mcp_tools(session), chat.instructions(INSTRUCTIONS))
             messages = [_MESSAGE[m["role"]](m["content"]) for m in chat.messages]
             state = await graph.ainvoke({"messages": messages}, {"recursion_limit": 2 * max_turns + 1})
         content = state["messages"][-1].content

@@ -47,7 +47,8 @@ def build_responder(memtap_url: str, model: OpenAIChatCompletionsModel, max_turn
             client_session_timeout_seconds=30,
         )
         async with memory:
-            agent = Agent(name="memory-agent", instructions=INSTRUCTIONS, model=model, mcp_servers=[memory])
+            instructions = chat.instructions(INSTRUCTIONS)
+            agent = Agent(name="memory-agent", instructions=instructions, model=model, mcp_servers=[memory])
             result = await Runner.run(agent, input=chat.messages, max_turns=max_turns)  # type: ignore[arg-type]
         return str(result.final_output or "")
 
