@@ -445,3 +445,30 @@ async def test_a_jwt_caller_is_pinned_to_its_principals_namespace_like_its_key_w
         ("memory_add", "ok", "kiosk", "lobby"),
         ("memory_search", "error", "kiosk", "office"),
     ]
+
+
+async def test_a_bad_token_at_the_replay_clock_gets_the_challenge_and_is_recorded(
+    start_http_server: StartServer, issuer: Issuer, jwks_file: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "memtap.yaml"
+    config.write_text(json.dumps({"memtap": {"principals": {"alice": {}}}}))
+    server = start_http_server(*jwt_flags(jwks_file), "--config", str(config))
+    mark = f"http://127.0.0.1:{server.port}/v1/memtap/replay/mark"
+    expired = issuer.token(ttl=-3600)
+    async with httpx2.AsyncClient() as http:
+        refused = await http.post(
+            mark, json={"namespace": "alice", "turn": "t1"}, headers={"authorization": f"Bearer {expired}"}
+        )
+        accepted = await http.post(
+            mark,
+            json={"namespace": "alice", "turn": "t1"},
+            headers={"authorization": f"Bearer {issuer.token()}"},
+        )
+    assert refused.status_code == 401
+    challenge = refused.headers["www-authenticate"]
+    assert challenge.startswith('Bearer error="invalid_token", error_description="token expired at ')
+    assert expired not in refused.text and expired not in challenge
+    assert accepted.status_code == 200, accepted.text
+    assert server.stop() == 0
+    recorded = [(e.tool, e.status, e.arguments.get("path")) for e in events_of(server.db)]
+    assert recorded == [("authenticate", "error", "/v1/memtap/replay/mark")]

@@ -33,8 +33,10 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from starlette.types import Receive, Scope, Send
 
 from memtap.auth import Authentication, Caller, Policy, Right, local_caller
+from memtap.auth.gate import Refusal
 from memtap.errors import AccessDenied, AuthError, Forbidden
 from memtap.limits import current, unencodable
 from memtap.proxy.guard import RECORDED_SCOPE_KEY
@@ -184,6 +186,18 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
 
 
+class _Refused(JSONResponse):
+    """A refused credential answered by the process's refusal hook (as the gate answers it on
+    every other front door: the RFC 6750 challenge, and the refusal recorded)."""
+
+    def __init__(self, refusal: Refusal, error: AuthError) -> None:
+        super().__init__({}, status_code=error.status)
+        self.refusal, self.error = refusal, error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.refusal(scope, send, self.error)
+
+
 def mount_replay_clock(
     app: FastAPI, clock: ReplayClock, authentication: Authentication, policy: Policy, recorder: Recorder
 ) -> ReplayClock:
@@ -213,6 +227,8 @@ def mount_replay_clock(
         try:
             caller = authentication.authenticate(request.headers)
         except AuthError as exc:
+            if authentication.on_refusal is not None:  # bearer JWTs: the challenge, and recorded
+                return _Refused(authentication.on_refusal, exc)
             return _error(exc.status, str(exc), "authentication_error")
         try:
             for kind, value in keys:
