@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner, Result
 from conftest import write_config
+from secrets_check import assert_absent
 
 from memtap.cli.main import cli
 
@@ -287,8 +288,7 @@ def test_canary_keys_are_made_per_run_and_never_reach_the_trace_and_a_mixed_suit
     # Each canary user acted under its own principal (its key), on the namespace named like it.
     principals = {p for (p,) in rows(db, "SELECT DISTINCT principal FROM events WHERE run_id = 'k1'")}
     assert principals == {f"k1/canary/1/user{i:02d}" for i in range(3)} | {"k1/perm-000/1"}
-    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("trace.db"))
-    assert stored and not any(key.encode() in stored for key in keys)
+    assert_absent(db, *keys, writer_open=False)  # the run's stores are closed
 
 
 # -- the same probe through the mcp: and openai: targets ---------------------------------------

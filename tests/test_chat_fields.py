@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from secrets_check import database_files
 from served import ServedMemtap, chats
 
 from memtap.probes.targets._server import free_port
@@ -36,7 +37,7 @@ def _stored_bytes(memtap: ServedMemtap) -> bytes:
     """The database file and its -wal and -shm, as they are on disk."""
     assert memtap.runtime is not None
     memtap.runtime.recorder.flush()
-    return b"".join(p.read_bytes() for p in memtap.db.parent.glob(memtap.db.name + "*"))
+    return b"".join(database_files(memtap.db, writer_open=True).values())  # fails without its WAL
 
 
 def test_unknown_fields_are_dropped_and_named_on_the_event_on_the_pass_through_path(

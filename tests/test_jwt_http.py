@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import ServerProcess, http_client, meta
 from jwt_issuer import AUDIENCE, ISSUER, Issuer, ec_key, rsa_key, unsigned_token
+from secrets_check import found_in
 from test_jwt_verify import _JwksServer
 
 from memtap.cli.main import cli
@@ -80,9 +81,7 @@ def secret_bytes(issuer: Issuer, tokens: list[str]) -> dict[str, bytes]:
 
 
 def leftovers(server: ServerProcess, issuer: Issuer, tokens: list[str], log: str) -> list[str]:
-    raw = b"".join(path.read_bytes() for path in server.db.parent.glob(server.db.name + "*"))
-    secrets = secret_bytes(issuer, tokens)
-    return [name for name, secret in secrets.items() if secret in raw or secret in log.encode()]
+    return found_in(server.db, secret_bytes(issuer, tokens), writer_open=False, also=log.encode())
 
 
 async def test_an_mcp_client_with_a_bearer_jwt_is_served_as_the_tokens_subject(
@@ -374,9 +373,7 @@ async def test_the_three_key_end_to_end_test_holds_with_jwts_instead_of_keys(
         start_http_server, upstream, tmp_path
     )
     db = db_path
-    raw = b"".join(path.read_bytes() for path in db.parent.glob(db.name + "*"))
-    secrets = secret_bytes(issuer, list(tokens.values()))
-    assert [name for name, secret in secrets.items() if secret in raw] == []
+    assert found_in(db, secret_bytes(issuer, list(tokens.values())), writer_open=False) == []
     events = events_of(db)
     assert {e.context.principal for e in events if e.tool.startswith("memory_")} == {"alice", "bob", "app"}
     # The chat upstream got memtap's own credentials, never a caller's token (no passthrough).

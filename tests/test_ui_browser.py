@@ -138,12 +138,15 @@ def test_live_view_filters_and_shows_a_newly_recorded_event(site: Site, page: An
     ops = page.locator("#events tbody tr td:nth-child(2)").all_inner_texts()
     assert ops and set(ops) == {"write"}
     page.screenshot(path=str(site.shots / "live.png"))
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if "/api/events/stream" in r.url else None)
     page.goto(f"{site.base}/events?op=write&session=s-live")
     site.add("The user now lives in Lisbon.", session="s-live")
     row = page.locator("#events tbody tr").first
     expect(row).to_contain_text("The user now lives in Lisbon.", timeout=15000)
     expect(row).to_contain_text("add mem_")
     assert page.locator("#events tbody tr").count() == 1  # the filter holds for pushed rows too
+    assert streams and "session=s-live" in streams[0]  # pushed over the SSE stream, not polled
     site.add("Not in this session.", session="s-other")
     row.locator("a.item").click()
     expect(page.locator("#current-content")).to_have_text("The user now lives in Lisbon.")

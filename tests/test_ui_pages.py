@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from click.testing import CliRunner
@@ -143,13 +144,18 @@ async def test_findings_table_is_read_when_present(start_http_server: Callable[.
         await run_memory_script(client)
     with sqlite3.connect(server.db) as conn:
         conn.execute(
-            "CREATE TABLE findings (id TEXT, severity TEXT, kind TEXT, event_id TEXT, evidence TEXT)"
+            "INSERT INTO findings (id, kind, severity, severity_rank, summary, event_id, namespace, event_ids,"
+            " item_ids, evidence, detector_version, created_at, dedupe) VALUES ('f1', 'leak_retrieval',"
+            " 'high', 3, 'bob was shown <alice>''s item', '01ABC', 'alice', '[]', '[]', '{\"seen\": \"<b>\"}',"
+            " '1', '2026-12-01T00:00:00+00:00', 'd1')"
         )
-        conn.execute("INSERT INTO findings VALUES ('f1', 'high', 'leak', '01ABC', 'bob saw <alice>')")
     async with httpx2.AsyncClient() as http:
         page = await http.get(f"http://127.0.0.1:{server.port}/ui/findings")
-    assert "severity-high" in page.text and "bob saw &lt;alice&gt;" in page.text
+        other = await http.get(f"http://127.0.0.1:{server.port}/ui/findings?kind=canary_exposure")
+    assert "severity-high" in page.text and "bob was shown &lt;alice&gt;&#39;s item" in page.text
+    assert "&#34;&lt;b&gt;&#34;" in page.text and "<b>" not in page.text.split("<h1>Findings</h1>")[1]
     assert "/ui/events/01ABC" in page.text
+    assert "No findings recorded of this kind or severity" in other.text and "01ABC" not in other.text
 
 
 def test_word_diff_marks_removed_and_inserted_words() -> None:
@@ -269,3 +275,68 @@ async def test_keyless_dashboard_refuses_a_foreign_host_name(
         local = await http.get(f"http://127.0.0.1:{server.port}/ui/events", headers={"Host": "localhost:1"})
     assert rebound.status_code == 400 and "evil.example" in rebound.text
     assert local.status_code == 200
+
+
+async def _stream_until(
+    http: httpx2.AsyncClient,
+    url: str,
+    wanted: str,
+    headers: dict[str, str] | None = None,
+    started: Any = None,
+) -> list[dict[str, Any]]:
+    """The ``memtap-event`` frames of the SSE stream at ``url`` up to the one whose summary holds
+    ``wanted``; ``started`` runs once the stream has answered (its cursor is fixed by then)."""
+    frames: list[dict[str, Any]] = []
+    with anyio.fail_after(30):
+        async with http.stream("GET", url, headers=headers or {}) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            frame: dict[str, str] = {}
+            async for line in response.aiter_lines():
+                if line.startswith(":") and started is not None:
+                    await started()
+                    started = None
+                elif line.startswith(("id: ", "event: ", "data: ")):
+                    key, _, value = line.partition(": ")
+                    frame[key] = value
+                elif not line and frame:
+                    event = json.loads(frame["data"])
+                    assert frame["event"] == "memtap-event" and frame["id"] == event["id"]
+                    frames.append(event)
+                    frame = {}
+                    if wanted in event["summary"]:
+                        return frames
+    raise AssertionError(f"the stream ended before {wanted!r} arrived")
+
+
+async def test_event_stream_pushes_a_newly_recorded_event_the_caller_may_see(
+    start_http_server: Callable[..., ServerProcess],
+) -> None:
+    server = start_http_server("--api-key", "k-alice=alice", "--api-key", "k-bob=bob")
+    base = f"http://127.0.0.1:{server.port}/ui"
+
+    async def record() -> None:  # bob's first: alice must not get it though it comes before hers
+        for key, content in (("k-bob", "bob likes coffee"), ("k-alice", "alice likes tea")):
+            async with http_client(server.url, {"Authorization": f"Bearer {key}"}) as client:
+                await client.call_tool("memory_add", {"content": content})
+
+    async with httpx2.AsyncClient(headers={"Authorization": "Bearer k-alice"}, timeout=30) as http:
+        refused = await http.get(f"{base}/api/events/stream", headers={"Authorization": ""})
+        pushed = await _stream_until(
+            http, f"{base}/api/events/stream?op=write", "alice likes tea", started=record
+        )
+        # An EventSource reconnecting sends the last id it saw: the stream resumes after it.
+        tea = pushed[-1]["id"]
+
+        async def cake() -> None:
+            async with http_client(server.url, {"Authorization": "Bearer k-alice"}) as client:
+                await client.call_tool("memory_add", {"content": "alice likes cake"})
+
+        resumed = await _stream_until(
+            http, f"{base}/api/events/stream?after=0", "alice likes cake", {"Last-Event-ID": tea}, cake
+        )
+    assert refused.status_code == 401
+    assert [e["summary"] for e in pushed] == [pushed[-1]["summary"]]  # bob's write never came
+    assert pushed[-1]["principal"] == "alice" and pushed[-1]["op"] == "write"
+    assert "coffee" not in json.dumps(pushed + resumed)
+    assert [e["id"] for e in resumed if e["op"] == "write"] == [resumed[-1]["id"]] and tea < resumed[-1]["id"]

@@ -119,6 +119,8 @@ def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
         parts.append(_table(["category", *levels], rows, markdown))
     if report.get("canary"):
         parts += _canary_parts(report["canary"], markdown)
+    if report.get("detectors"):
+        parts += _detector_parts(report["detectors"], markdown)
     latency = report["latency"]
     parts.append(_heading("Latency (ms)", markdown))
     parts.append(
@@ -137,6 +139,27 @@ def render_score(report: dict[str, Any], *, markdown: bool = False) -> str:
         parts.append(_heading("Warnings", markdown))
         parts.append("\n".join(f"- {w}" for w in report["warnings"]))
     return ("\n\n" if markdown else "\n").join(parts)
+
+
+def _detector_parts(det: dict[str, Any], markdown: bool) -> list[str]:
+    """Each findings detector's precision and recall against the gold (episode level)."""
+    head = _heading("Detectors against the gold (per episode)", markdown)
+    if not det.get("measured"):
+        return [head, f"not measured: {det.get('reason')}"]
+    rows = [
+        [
+            kind,
+            _num(d["precision"]),
+            _num(d["recall"]),
+            str(d["tp"]),
+            str(d["fp"]),
+            str(d["fn"]),
+            str(d["tn"]),
+            d["gold"],
+        ]
+        for kind, d in det["detectors"].items()
+    ]
+    return [head, _table(["detector", "precision", "recall", "tp", "fp", "fn", "tn", "gold"], rows, markdown)]
 
 
 def _canary_parts(canary: dict[str, Any], markdown: bool, shown: int = 20) -> list[str]:

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from memtap import __version__
+from memtap.findings.model import Finding
 from memtap.probes.schema import Probe
 from memtap.scoring.align import Aligner, DefaultMatcher, Matcher, describe_rows
 from memtap.scoring.answer import Verdict
 from memtap.scoring.canary import canary_report, canary_warnings
+from memtap.scoring.detectors import detector_report, run_findings
 from memtap.scoring.measures import HEADLINE, baseline_measures, breakdown_measures
 from memtap.scoring.permission import LABELS, classify_permission
 from memtap.scoring.profiles import BASELINES, CATEGORIES, LEVELS, attribute, tally_answer, tally_baselines
@@ -71,7 +73,7 @@ def _episode(
     answered: bool,
     attribution: list[dict[str, Any]],
     unscored: Counter[str],
-) -> tuple[Counts, list[dict[str, Any]], list[dict[str, object]], list[dict[str, Any]]]:
+) -> tuple[Counts, list[dict[str, Any]], list[dict[str, object]], list[dict[str, Any]], StorageView]:
     aligner = Aligner(trace.episode, matcher)
     view = StorageView.build(trace, aligner)
     counts = view.counts
@@ -104,7 +106,7 @@ def _episode(
                 )
         probes.append(row)
     tally_baselines(trace.episode, counts)
-    return counts, probes, view.sessions, describe_rows(aligner.rows)
+    return counts, probes, view.sessions, describe_rows(aligner.rows), view
 
 
 def _attribution_table(counts: Counts) -> dict[str, Any]:
@@ -127,7 +129,10 @@ def score_trace(
     answer_scorer: Choice | None = None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
+    findings: list[Finding] | str | None = None,
 ) -> Scored:
+    """``findings``: the detectors' findings over the run (or why there are none), measured
+    against the gold in the score file's ``detectors``; None leaves that key out."""
     matcher = matcher or DefaultMatcher()
     judge = permission_judge or classify_permission
     choice = answer_scorer or choose_scorer(None, [t.episode for t in run.episodes], judge=judge)
@@ -137,9 +142,13 @@ def score_trace(
     detail: list[dict[str, Any]] = []
     wrong: list[dict[str, Any]] = []
     alignments: list[tuple[str, dict[str, Any]]] = []
+    views: list[StorageView] = []
     for trace in run.episodes:
-        counts, probes, sessions, rows = _episode(trace, matcher, choice.scorer, answered, wrong, unscored)
+        counts, probes, sessions, rows, view = _episode(
+            trace, matcher, choice.scorer, answered, wrong, unscored
+        )
         per_episode.append(counts)
+        views.append(view)
         detail.append({"episode": trace.episode.episode_id, "sessions": sessions, "probes": probes})
         alignments += [(trace.episode.episode_id, r) for r in rows]
     totals: Counts = new_counts()
@@ -200,6 +209,8 @@ def score_trace(
         "wrong_answers": wrong,
         "canary": run.canary,
     }
+    if findings is not None:
+        report["detectors"] = detector_report(views, per_episode, findings, answered=answered)
     return Scored(report, alignments)
 
 
@@ -227,6 +238,7 @@ def score_run(
         answer_scorer=choice,
         resamples=resamples,
         seed=seed,
+        findings=run_findings(conn, run_id),
     )
     from memtap.hw.figures import replay_figures  # the run's hardware figures, when it was probed
 

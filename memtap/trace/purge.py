@@ -306,6 +306,23 @@ class _Purge:
                     self.conn.execute("UPDATE effects SET evidence = ? WHERE rowid = ?", (new, rowid))
                     self.count("effects", 1)
 
+    def scrub_findings(self, texts: list[str]) -> None:
+        """Findings quote what they judged (summaries and evidence: before/after content, the
+        turn that asked for a change), and a cross-namespace finding quotes another namespace's
+        item, so every finding is scanned, not only the purged namespace's."""
+        if "findings" not in self.tables or not texts:
+            return
+        rows = self.conn.execute("SELECT rowid, summary, evidence FROM findings").fetchall()
+        for rowid, summary, evidence in rows:
+            new_summary = scrub_text(summary, texts) if summary else summary
+            new_evidence = scrub_text(evidence, texts) if evidence else evidence
+            if (new_summary, new_evidence) != (summary, evidence):
+                self.conn.execute(
+                    "UPDATE findings SET summary = ?, evidence = ? WHERE rowid = ?",
+                    (new_summary, new_evidence, rowid),
+                )
+                self.count("findings", 1)
+
     def write_receipts(self, items: list[PurgedItem], by: str) -> None:
         at = utc_now().isoformat()
         for item in items:
@@ -384,6 +401,7 @@ def purge(
             job.scrub_runs(namespace, texts)
             job.scrub_scores(items, texts)
             job.scrub_evidence(items, texts)
+            job.scrub_findings(texts)
             job.write_receipts(items, by)
         except BaseException:
             conn.execute("ROLLBACK")

@@ -14,12 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -30,12 +38,15 @@ from memtap.auth.grants import Policy, Right
 from memtap.scoring.compare import compare_scores
 from memtap.scoring.errors import ScoringError
 from memtap.ui.charts import compare_charts, headline_rows, score_charts
+from memtap.ui.hw import QUANTITY_LABELS, chat_split, run_energy
 from memtap.ui.queries import EVENT_FILTERS, LIVE_BATCH, Reader, Row, loads
 
 __all__ = ["HERE", "create_ui_app", "environment", "word_diff"]
 
 HERE = Path(__file__).parent
 UpstreamStatus = Callable[[], dict[str, Any]]
+STREAM_POLL_S = 0.5  # how often the event stream looks for new events in the trace
+STREAM_HEARTBEAT_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
 
 
 def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
@@ -87,7 +98,7 @@ def environment() -> Environment:
         loader=FileSystemLoader(HERE / "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    env.globals.update(word_diff=word_diff, pretty=_pretty, loads=loads)
+    env.globals.update(word_diff=word_diff, pretty=_pretty, loads=loads, hw_labels=QUANTITY_LABELS)
     return env
 
 
@@ -145,36 +156,66 @@ def create_ui_app(
         )
         return page(request, "events.html", events=rows, next=nxt, filters=filters, names=EVENT_FILTERS)
 
-    def api_events(request: Request) -> Response:
-        after = request.query_params.get("after") or ""
+    def live_batch(request: Request, after: str) -> tuple[list[dict[str, Any]], str]:
+        """The visible events after ``after`` (oldest last, as the JSON API lists them) and the new cursor."""
         rows, cursor = reader.events(
             filters_of(request), after=after, visible=readable(request), limit=LIVE_BATCH
         )
-        out = [
-            {
-                **{
-                    k: row[k]
-                    for k in ("id", "started_at", "op", "tool", "namespace", "principal", "session", "status")
-                },
-                "summary": row["summary"],
-                "items": [
-                    {
-                        "id": f["item_id"],
-                        "url": link(request, "item", backend=f["backend"], item_id=f["item_id"]),
-                    }
-                    for f in row["effects"][:3]
-                ],
-                "url": link(request, "event", event_id=row["id"]),
-            }
-            for row in rows
-        ]
-        return JSONResponse({"events": out, "cursor": cursor or after})
+        return [live_row(request, row) for row in rows], cursor or after
+
+    def live_row(request: Request, row: Row) -> dict[str, Any]:
+        return {
+            **{
+                k: row[k]
+                for k in ("id", "started_at", "op", "tool", "namespace", "principal", "session", "status")
+            },
+            "summary": row["summary"],
+            "items": [
+                {"id": f["item_id"], "url": link(request, "item", backend=f["backend"], item_id=f["item_id"])}
+                for f in row["effects"][:3]
+            ],
+            "url": link(request, "event", event_id=row["id"]),
+        }
+
+    def api_events(request: Request) -> Response:
+        out, cursor = live_batch(request, request.query_params.get("after") or "")
+        return JSONResponse({"events": out, "cursor": cursor})
+
+    async def stream_events(request: Request) -> Response:
+        """Server-sent events: each visible event newer than ``after`` (or the ``Last-Event-ID`` an
+        EventSource resumes with), oldest first, with its id as the SSE ``id:``."""
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or ""
+        if not after:  # no cursor: from now on, not the whole history
+            newest, _ = await anyio.to_thread.run_sync(lambda: reader.events({}, limit=1))
+            after = newest[0]["id"] if newest else ""
+
+        async def frames() -> Any:
+            nonlocal after
+            yield ": memtap event stream\n\n"
+            quiet = 0.0
+            while not await request.is_disconnected():
+                out, after = await anyio.to_thread.run_sync(live_batch, request, after)
+                for e in reversed(out):
+                    yield f"id: {e['id']}\nevent: memtap-event\ndata: {json.dumps(e, ensure_ascii=False)}\n\n"
+                if len(out) >= LIVE_BATCH:
+                    continue  # a full batch: more are waiting
+                if out:
+                    quiet = 0.0
+                elif quiet >= STREAM_HEARTBEAT_S:
+                    yield ": heartbeat\n\n"
+                    quiet = 0.0
+                await anyio.sleep(STREAM_POLL_S)
+                quiet += STREAM_POLL_S
+
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 
     def event(request: Request) -> Response:
         found = reader.event(request.path_params["event_id"])
         if found is None or not readable(request)(found):
             raise HTTPException(404, f"no event {request.path_params['event_id']!r}")
-        return page(request, "event.html", event=found, context=loads(found["context"]))
+        split = chat_split(reader, found)
+        return page(request, "event.html", event=found, context=loads(found["context"]), chat_hw=split)
 
     def namespaces(request: Request) -> Response:
         rows, nxt = reader.namespaces(after=request.query_params.get("after"))
@@ -196,13 +237,30 @@ def create_ui_app(
         return page(request, "item.html", item=found)
 
     def findings(request: Request) -> Response:
-        before = request.query_params.get("before")
+        """The detectors' findings (by severity and kind), then the gate's own denials and the
+        refused calls, which are shown whether or not a detector turned them into findings."""
+        query = request.query_params
+        before, denied_before = query.get("before"), query.get("denied_before")
+        kind, severity = query.get("kind") or None, query.get("severity") or None
+        rows: list[Any] = []
+        nxt = None
         if reader.has_table("findings"):
-            rows, nxt = reader.findings(before=int(before) if before and before.isdigit() else None)
-            rows = [r for r in rows if "namespace" not in r or readable(request)(r)]
-            return page(request, "findings.html", table=True, findings=rows, next=nxt)
-        denials, cursor = reader.denials(before=before, visible=readable(request))
-        return page(request, "findings.html", table=False, findings=denials, next=cursor)
+            rows, nxt = reader.findings(
+                before=int(before) if before and before.isdigit() else None, kind=kind, severity=severity
+            )
+            rows = [r for r in rows if not r.get("namespace") or readable(request)(r)]
+        denials, cursor = reader.denials(before=denied_before, visible=readable(request))
+        return page(
+            request,
+            "findings.html",
+            table=reader.has_table("findings"),
+            findings=rows,
+            next=nxt,
+            denials=denials,
+            denied_next=cursor,
+            kind=kind,
+            severity=severity,
+        )
 
     def run_visible(request: Request, run_id: str) -> bool:
         check = readable(request)
@@ -227,6 +285,7 @@ def create_ui_app(
             score=score,
             charts=charts,
             headline=headline_rows(score) if score else [],
+            energy=run_energy(reader, found),
         )
 
     def compare(request: Request) -> Response:
@@ -264,6 +323,7 @@ def create_ui_app(
         Route("/events", events, name="events"),
         Route("/events/{event_id}", event, name="event"),
         Route("/api/events", api_events, name="api_events"),
+        Route("/api/events/stream", stream_events, name="api_events_stream"),
         Route("/memory", namespaces, name="namespaces"),
         Route("/memory/items", items, name="items"),
         Route("/memory/items/{backend}/{item_id:path}", item, name="item"),

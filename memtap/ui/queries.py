@@ -181,13 +181,22 @@ class Reader:
     def denials(self, *, before: str | None, visible: Callable[[Row], bool]) -> tuple[list[Row], str | None]:
         return self.events({}, before=before, visible=visible, where=DENIAL_SQL)
 
-    def findings(self, *, before: int | None) -> tuple[list[Row], int | None]:
-        """Rows of the ``findings`` table (newest first), whatever its columns."""
+    def findings(
+        self, *, before: int | None, kind: str | None = None, severity: str | None = None
+    ) -> tuple[list[Row], int | None]:
+        """Rows of the ``findings`` table, newest first (keyset on rowid), of one kind or severity."""
         sql = "SELECT rowid AS _rowid, * FROM findings"
+        where: list[str] = []
         params: list[Any] = []
+        for column, value in (("kind", kind), ("severity", severity)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
         if before is not None:
-            sql += " WHERE rowid < ?"
+            where.append("rowid < ?")
             params.append(before)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         rows = self._all(sql + " ORDER BY rowid DESC LIMIT ?", [*params, PAGE + 1])
         nxt = rows[PAGE - 1]["_rowid"] if len(rows) > PAGE else None
         return rows[:PAGE], nxt

@@ -14,6 +14,7 @@ from markupsafe import Markup
 from memtap.errors import ConfigError
 from memtap.ui.app import HERE, environment
 from memtap.ui.charts import headline_rows, score_charts
+from memtap.ui.hw import run_energy
 from memtap.ui.queries import Reader
 
 __all__ = ["render_report"]
@@ -27,7 +28,8 @@ def _inline_script(name: str) -> Markup:
 
 def render_report(db: str | Path, run_id: str) -> str:
     """The HTML of run ``run_id``'s latest score in the trace file ``db``."""
-    run = Reader(db).run(run_id)
+    reader = Reader(db)
+    run = reader.run(run_id)
     if run is None:
         raise ConfigError(f"no run {run_id!r} in {db}")
     score = run["score"]
@@ -41,6 +43,7 @@ def render_report(db: str | Path, run_id: str) -> str:
             score=score,
             headline=headline_rows(score),
             charts=score_charts(score),
+            energy=run_energy(reader, run),
             css=Markup((HERE / "static" / "style.css").read_text(encoding="utf-8")),
             chart_js=_inline_script("vendor/chart.umd.min.js"),
             charts_js=_inline_script("charts.js"),

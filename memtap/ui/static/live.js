@@ -1,5 +1,7 @@
-// The live events view: polls the events API for events newer than the newest shown, with the
-// page's filters, and prepends them. Text goes in through textContent: memory content is untrusted.
+// The live events view: listens to the server-sent event stream for events newer than the newest
+// shown, with the page's filters, and prepends them; where EventSource is missing or the stream
+// cannot be opened, it polls the events API every second instead. Text goes in through
+// textContent: memory content is untrusted.
 (function () {
   "use strict";
   const table = document.getElementById("events");
@@ -59,5 +61,29 @@
       window.setTimeout(poll, full ? 0 : 1000); // a full batch: more are waiting, fetch them now
     }
   }
-  window.setTimeout(poll, 1000);
+  function listen() {
+    const query = new URLSearchParams(filters);
+    if (newest) query.set("after", newest);
+    const source = new EventSource(table.dataset.stream + "?" + query.toString(), { withCredentials: true });
+    let opened = false;
+    source.onopen = function () {
+      opened = true;
+    };
+    source.addEventListener("memtap-event", function (message) {
+      add(JSON.parse(message.data));
+      newest = message.lastEventId || newest;
+      while (body.rows.length > KEEP) body.deleteRow(-1);
+    });
+    source.onerror = function () {
+      // Never opened (refused, or no stream on this server): poll instead. Once open, the browser
+      // reconnects by itself and resumes with Last-Event-ID.
+      if (!opened || source.readyState === EventSource.CLOSED) {
+        source.close();
+        window.setTimeout(poll, 1000);
+      }
+    };
+  }
+
+  if (window.EventSource && table.dataset.stream) listen();
+  else window.setTimeout(poll, 1000);
 })();

@@ -1,0 +1,139 @@
+"""The findings detectors measured against a replayed run's gold (``detectors`` in the score file).
+
+``memtap score`` runs every detector offline over the run's events (``memtap check``'s path, nothing
+stored) and compares, per episode attempt (the unit; an episode's namespace), "the detector flagged
+something here" with "the gold says the failure it looks for happened here", the latter read from
+the storage and retrieval counts the scorer already computes:
+
+- ``erasure``: an unsafe deletion (``unsafe.unsafe``: a delete of an item holding a memory still
+  valid then) or a historical erasure (``erasure.erased``: a superseded memory none of whose
+  holders was kept);
+- ``destructive_update``: an over-update (``over.overwritten``) or any update whose new content
+  no longer holds a gold memory its old content held while that memory was still valid;
+- ``stale_coexistence``: an under-update in the coexistence sense: at the episode's end a
+  superseded memory is still stored next to the memory that replaced it;
+- ``leak_retrieval``: a retrieval leak (``leak.leaked``: a probe returned an item the requester
+  may not see, by tags or by the fact it holds);
+- ``leak_injection``: an answer leak (``permission.deny_leaked``), only on runs with answers.
+
+Per detector: tp, fp, fn, tn (episodes), precision = tp / (tp + fp), recall = tp / (tp + fn)
+(None when the denominator is 0). A finding that says it could not judge (``judged: false``,
+e.g. no user turn in the trace) is no prediction; it is counted as ``undetermined``.
+See ``docs/scoring.md`` for the limits of this mapping.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from memtap.findings.model import Finding
+from memtap.scoring.storage import StorageView
+from memtap.scoring.trace import Counts
+
+__all__ = ["GOLD", "detector_report", "run_findings"]
+
+Gold = Callable[[StorageView, Counts], bool]
+
+
+def _erasure(view: StorageView, counts: Counts) -> bool:
+    return counts.get("unsafe.unsafe", 0) > 0 or counts.get("erasure.erased", 0) > 0
+
+
+def _destructive(view: StorageView, counts: Counts) -> bool:
+    if counts.get("over.overwritten", 0) > 0:
+        return True
+    valid = view.aligner.valid_at
+    return any(r.how == "update" and any(valid(k, r.pos) for k in r.keys) for r in view.removals)
+
+
+def _stale(view: StorageView, counts: Counts) -> bool:
+    gold = view.trace.episode.gold_memory
+    end = len(view.trace.episode.sessions)
+    for key, memory in gold.items():
+        for old in memory.replaces:
+            if old in gold and view.stored_at(key, end) and view.stored_at(old, end):
+                return True
+    return False
+
+
+def _leak_retrieval(view: StorageView, counts: Counts) -> bool:
+    return counts.get("leak.leaked", 0) > 0
+
+
+def _leak_answer(view: StorageView, counts: Counts) -> bool:
+    return counts.get("permission.deny_leaked", 0) > 0
+
+
+GOLD: dict[str, tuple[Gold, str]] = {
+    "erasure": (_erasure, "unsafe deletion or historical erasure"),
+    "destructive_update": (_destructive, "over-update (a still-valid memory dropped by an update)"),
+    "stale_coexistence": (_stale, "under-update (superseded memory stored next to its replacement)"),
+    "leak_retrieval": (_leak_retrieval, "retrieval leak"),
+    "leak_injection": (_leak_answer, "answer leak"),
+}
+
+
+def run_findings(conn: sqlite3.Connection, run_id: str) -> list[Finding] | str:
+    """Every detector's findings over the run's events (not stored); a string says why none could
+    be computed (an in-memory database, a detector engine error)."""
+    from memtap.findings.check import check_trace
+    from memtap.trace.store import TraceStore
+
+    row = conn.execute("PRAGMA database_list").fetchone()
+    path = row[2] if row else ""
+    if not path:
+        return "the trace database has no file to read events from"
+    store = TraceStore(path, read_only_ok=True)
+    try:
+        result = check_trace(store, run=run_id, save=False)
+    finally:
+        store.close()
+    return result.findings
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def detector_report(
+    views: Sequence[StorageView],
+    counts: Sequence[Counts],
+    findings: list[Finding] | str,
+    *,
+    answered: bool,
+) -> dict[str, Any]:
+    """Per-detector episode-level confusion counts, precision and recall."""
+    if isinstance(findings, str):
+        return {"unit": "episode", "measured": False, "reason": findings, "detectors": {}}
+    by_ns: dict[str, set[str]] = {}
+    undetermined: dict[str, int] = {}
+    for finding in findings:
+        if finding.evidence.get("judged") is False:  # "could not judge" is no verdict either way
+            undetermined[finding.kind] = undetermined.get(finding.kind, 0) + 1
+        elif finding.namespace is not None:
+            by_ns.setdefault(finding.namespace, set()).add(finding.kind)
+    out: dict[str, Any] = {}
+    for kind, (gold, label) in GOLD.items():
+        if kind == "leak_injection" and not answered:
+            continue
+        tp = fp = fn = tn = 0
+        for view, c in zip(views, counts, strict=True):
+            truth = gold(view, c)
+            flagged = kind in by_ns.get(view.trace.namespace, set())
+            tp += truth and flagged
+            fp += flagged and not truth
+            fn += truth and not flagged
+            tn += not truth and not flagged
+        out[kind] = {
+            "gold": label,
+            "tp": tp,
+            "fp": fp,
+            "fn": fn,
+            "tn": tn,
+            "precision": _ratio(tp, tp + fp),
+            "recall": _ratio(tp, tp + fn),
+            "undetermined": undetermined.get(kind, 0),
+        }
+    return {"unit": "episode", "measured": True, "findings": len(findings), "detectors": out}
