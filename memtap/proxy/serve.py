@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -38,6 +39,17 @@ async def _serve_stdio(runtime: Runtime) -> None:
         server = build_mcp_server(runtime.service, default_principal=principal)
     async with stdio_streams() as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+def _freeze_startup_heap() -> None:
+    """Move what start-up built (modules, the app, the runtime) out of the collector's view.
+
+    Those objects live as long as the process; without this every full collection walks
+    them again (garbage collection was 6% of the chat path's CPU at 32 concurrent calls).
+    Collected first, so nothing already garbage is kept for good.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @contextlib.contextmanager
@@ -106,6 +118,7 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
                 )
                 if settings.config.model_list or settings.config.memtap.embeddings:
                     print(f"memtap: serving the OpenAI API at http://{host}:{port}/v1", file=sys.stderr)
+        _freeze_startup_heap()
         cancels: list[Callable[[], None]] = []
 
         def stop() -> None:
