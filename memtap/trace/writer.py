@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memtap.errors import StoreError
+from memtap.trace.after import AnsweredFirst
 from memtap.trace.models import TraceEvent
 from memtap.trace.privacy import TracePrivacy
 from memtap.trace.store import TraceStore
@@ -116,6 +117,8 @@ class Recorder:
         self._closing = threading.Event()
         self._give_up_at = float("inf")  # set by close(): retrying stops here
         self._idle = threading.Condition()
+        # Calls answered before they were recorded (outside durable mode): flush() waits for them.
+        self.answered_first = AnsweredFirst(self._idle)
         # Called on the writer thread with each committed batch (live findings): a callback
         # must only hand the events on, never block; one that raises is logged and skipped.
         self.after_commit: list[Callable[[list[TraceEvent]], None]] = []
@@ -196,11 +199,13 @@ class Recorder:
                 raise
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every event submitted so far is written (or spilled)."""
+        """Wait until every event submitted so far is written (or spilled), the events of calls
+        answered before they were recorded included (call it from another thread than their loop's)."""
         deadline = time.monotonic() + timeout
         self._wake.set()
         with self._idle:
-            while self.stats.written + self.stats.spilled < self.stats.submitted:
+            stats = self.stats
+            while self.answered_first.pending or stats.written + stats.spilled < stats.submitted:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
