@@ -23,17 +23,19 @@ from typing import Any, TextIO
 
 import anyio
 
+from memtap.errors import ConfigError
 from memtap.probes.dialects import dialect_of
 from memtap.probes.readers import Reader
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Session
 from memtap.probes.suitefile import Suite
-from memtap.probes.targets.base import EpisodeScope, ProbeCall, Target, TurnCall
+from memtap.probes.targets.base import BatchIngest, EpisodeScope, ProbeCall, Target, TurnCall
 
 __all__ = [
     "PROBE_SESSION",
     "Progress",
     "ReplayPlan",
+    "batch_ingest",
     "describe_error",
     "episode_namespace",
     "probe_turn",
@@ -92,6 +94,7 @@ class ReplayPlan:
     attempts: dict[str, int]  # attempts already made per episode (0 for new)
     workers: int = 1
     limit: int = 5
+    ingest: str = "auto"  # auto (a session's turns at once where the target takes them), turn, batch
 
 
 PROBE_SESSION = "probes"
@@ -110,6 +113,15 @@ def probe_turn(probe: Probe, requester: str) -> TurnCall:
         phase="probe",
         access={},
     )
+
+
+def batch_ingest(target: Target, ingest: str) -> BatchIngest | None:
+    """The target as a batch ingester when ``ingest`` (auto, turn, batch) says so and it is one."""
+    if ingest == "turn" or not isinstance(target, BatchIngest):
+        if ingest == "batch":
+            raise ConfigError(f"--ingest batch: the {target.name} target takes turns one by one only")
+        return None
+    return target
 
 
 def _turn_calls(episode: Episode, session: Session) -> list[TurnCall]:
@@ -140,6 +152,7 @@ def _turn_calls(episode: Episode, session: Session) -> list[TurnCall]:
 class _Player:
     def __init__(self, plan: ReplayPlan, target: Target, store: RunStore, reader: Reader, progress: Progress):
         self.plan, self.target, self.store, self.reader, self.progress = plan, target, store, reader, progress
+        self.batch = batch_ingest(target, plan.ingest)
 
     async def worker(self, queue: list[Episode]) -> None:
         while queue:
@@ -223,10 +236,15 @@ class _Player:
                 await self._probe(episode, scope, pending.pop(0), timings)
                 probes += 1
             t0 = time.perf_counter()
-            for turn in _turn_calls(episode, session):
-                await self.target.mark(scope, turn)
-                await self.target.ingest_turn(scope, turn)
-                turns += 1
+            calls = _turn_calls(episode, session)
+            if self.batch is not None:  # no per-turn reaction: the session's turns at once
+                await self.batch.ingest_turns(scope, calls)
+                turns += len(calls)
+            else:
+                for turn in calls:
+                    await self.target.mark(scope, turn)
+                    await self.target.ingest_turn(scope, turn)
+                    turns += 1
             timings["ingest_ms"] += (time.perf_counter() - t0) * 1000
             sessions += 1
             self.store.progress(

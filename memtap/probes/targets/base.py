@@ -26,6 +26,7 @@ from memtap.probes.errors import SuiteError
 
 __all__ = [
     "Actor",
+    "BatchIngest",
     "CanaryActions",
     "EpisodeScope",
     "Outcome",
@@ -113,6 +114,15 @@ class Target(Protocol):
     async def close_episode(self, scope: EpisodeScope) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class BatchIngest(Protocol):
+    """A target whose turns need no per-turn reaction (no replay-clock mark, no reply to wait for):
+    the driver may hand it a session's turns at once, instead of :meth:`Target.mark` and
+    :meth:`Target.ingest_turn` per turn. The trace must be the one per-turn ingestion leaves."""
+
+    async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None: ...
 
 
 # -- acting as one user of many (the isolation canary) ----------------------------------------------

@@ -1,11 +1,22 @@
-"""``builtin``: memtap's own MCP front door over the embedded backend, over streamable HTTP.
+"""``builtin``: memtap's own MCP front door over the embedded backend.
 
-The replay starts a ``memtap serve`` of its own on the run's database (or uses one given by
-``--server URL``, which must write to the same database) and plays every episode through the
-official MCP client, one connection per episode, exactly as an agent would:
+Two transports:
+
+- **stdio** (the default, without ``--server``): the replay starts ``memtap serve --stdio`` on
+  the run's database as a child and speaks JSON-RPC to it with memtap's lean client
+  (:mod:`memtap.probes.targets._stdio`), one connection for every episode; ``run``, ``episode``
+  and ``namespace`` travel in each request's ``_meta``;
+- **streamable HTTP**: with ``--server URL`` (a running ``memtap serve``, which must write to the
+  same database), and for canary episodes, whose users need keys of their own: the official MCP
+  client, one connection per episode, ``run``, ``episode`` and ``namespace`` in ``X-Memtap-*``
+  headers.
+
+Both are memtap's real front door, and leave the same events (their ``front_door`` says which):
 
 - a turn is one ``memory_add`` of its content, with ``session``, ``turn`` and ``role`` in the
-  request's ``_meta`` and ``run``, ``episode`` and ``namespace`` in ``X-Memtap-*`` headers;
+  request's ``_meta``; by default the driver hands a session's turns over at once
+  (:class:`~memtap.probes.targets.base.BatchIngest`) and they go as one ``memory_add_batch``,
+  which records one ``memory_add`` event per turn, the same as the calls one by one;
   the speaker, the turn's time and the session's phase go in the memory's metadata, and the
   session's access (visibility, participants, allow, deny, sensitivity) becomes its access
   tags, with the suite's namespace owner always allowed. Turns with empty content are not
@@ -35,7 +46,9 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from memtap.limits import MAX_BATCH_ITEMS
 from memtap.probes.targets._server import MemtapServer, health
+from memtap.probes.targets._stdio import StdioServe, error_text
 from memtap.probes.targets.base import (
     Actor,
     EpisodeScope,
@@ -66,9 +79,14 @@ class BuiltinTarget:
         url: str | None = None,
         serve_args: tuple[str, ...] = (),
         gate: str | None = None,
+        transport: str = "auto",
     ) -> None:
+        """``transport``: ``auto`` (stdio unless ``url`` is given or users need keys), ``stdio``
+        or ``http``."""
         self.db = db
         self.url = url
+        self.transport = transport
+        self.stdio: StdioServe | None = None
         self.serve_args = (*serve_args, *(("--gate", gate) if gate else ()))
         self.gate = gate
         self.server: MemtapServer | None = None
@@ -90,6 +108,14 @@ class BuiltinTarget:
     async def start(self) -> None:
         import anyio
 
+        # Canary episodes act as several users, each with a key of its own: only HTTP carries keys.
+        stdio = self.transport == "stdio" or (self.transport == "auto" and not self._principals)
+        if self.url is None and stdio:
+            if self._principals:
+                raise TargetError("canary episodes act as users with keys of their own; stdio carries no keys")
+            self.stdio = StdioServe(self.db, extra=self.serve_args)
+            await self.stdio.start()
+            return
         if self.url is None:
             env = (
                 {"MEMTAP_API_KEYS": ",".join(f"{k}={p}" for p, k in self._keys.items())}
@@ -115,12 +141,15 @@ class BuiltinTarget:
         return {
             "target": "builtin",
             "url": self.url,
-            "started_server": self.server is not None,
+            "transport": "stdio" if self.stdio is not None else "http",
+            "started_server": self.server is not None or self.stdio is not None,
             "gate": self.gate,
             "principals": "one key per user" if self._keys else ("by header" if self._principals else None),
         }
 
     async def open_episode(self, scope: EpisodeScope) -> None:
+        if self.stdio is not None:  # one connection for every episode; the scope travels in _meta
+            return
         assert self.url is not None, "start() first"
         headers = {
             "X-Memtap-Run": scope.run,
@@ -153,30 +182,68 @@ class BuiltinTarget:
     async def mark(self, scope: EpisodeScope, turn: TurnCall) -> None:
         """Nothing to do: every call this target makes carries its own turn."""
 
-    async def _call(self, scope: EpisodeScope, tool: str, args: dict[str, Any], meta: dict[str, Any]) -> Any:
+    async def _call(
+        self, scope: EpisodeScope, tool: str, args: dict[str, Any], meta: dict[str, Any]
+    ) -> tuple[bool, str, dict[str, Any]]:
+        """(failed, error text, structured content) of one tool call in ``scope``."""
+        if self.stdio is not None:
+            scoped = {"run": scope.run, "episode": scope.episode, "namespace": scope.namespace, **meta}
+            answer = await self.stdio.call(tool, args, scoped)
+            failed = bool(answer.get("isError"))
+            return failed, error_text(answer) if failed else "", answer.get("structuredContent") or {}
         _, client = self._episodes[scope.namespace]
         result = await client.call_tool(tool, args, meta=cast(Any, {"memtap": meta}))
-        if result.is_error:
-            raise TargetError(f"{tool} failed: {_error_text(result)}")
-        return result.structured_content or {}
+        text = _error_text(result) if result.is_error else ""
+        return bool(result.is_error), text, result.structured_content or {}
 
-    async def ingest_turn(self, scope: EpisodeScope, turn: TurnCall) -> None:
-        if not turn.content.strip():
-            return
+    async def _checked(self, scope: EpisodeScope, tool: str, args: dict[str, Any], meta: dict[str, Any]) -> Any:
+        failed, text, found = await self._call(scope, tool, args, meta)
+        if failed:
+            raise TargetError(f"{tool} failed: {text}")
+        return found
+
+    @staticmethod
+    def _turn_args(turn: TurnCall) -> dict[str, Any]:
         metadata = {"speaker": turn.speaker, "time": turn.time, "phase": turn.phase}
-        args = {
+        return {
             "content": turn.content,
             "metadata": {k: v for k, v in metadata.items() if v is not None},
             "access": turn.access,
         }
-        await self._call(
-            scope, "memory_add", args, {"session": turn.session, "turn": turn.turn, "role": turn.role}
-        )
+
+    async def ingest_turn(self, scope: EpisodeScope, turn: TurnCall) -> None:
+        if not turn.content.strip():
+            return
+        meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
+        await self._checked(scope, "memory_add", self._turn_args(turn), meta)
+
+    async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
+        """The turns as ``memory_add_batch`` calls (one ``memory_add`` event per turn); the first
+        failed turn fails the episode, named as its ``memory_add``."""
+        sent = [t for t in turns if t.content.strip()]
+        for start in range(0, len(sent), MAX_BATCH_ITEMS):
+            chunk = sent[start : start + MAX_BATCH_ITEMS]
+            items = [
+                {**self._turn_args(t), "meta": {"session": t.session, "turn": t.turn, "role": t.role}} for t in chunk
+            ]
+            failed, text, found = await self._call(scope, "memory_add_batch", {"items": items}, {})
+            if not failed:
+                continue
+            bad = next((i for i in found.get("items", []) if "error" in i), None)
+            if bad is None:
+                raise TargetError(f"memory_add_batch failed: {text}")
+            index = int(bad["index"])
+            raise TargetError(
+                f"memory_add failed: turn {chunk[index].turn} (item {index} of a memory_add_batch of "
+                f"{len(chunk)}): {bad['error']}"
+            )
 
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
         started = time.perf_counter()
         args = {"query": probe.question, "limit": limit, "requester": probe.requester}
-        found = await self._call(scope, "memory_search", args, {"session": "probes", "turn": probe.probe_id})
+        found = await self._checked(
+            scope, "memory_search", args, {"session": "probes", "turn": probe.probe_id}
+        )
         elapsed = (time.perf_counter() - started) * 1000
         return ProbeResult(_retrieved(found.get("results", [])), elapsed)
 
@@ -252,6 +319,8 @@ class BuiltinTarget:
             await entry[0].aclose()
 
     async def aclose(self) -> None:
+        if self.stdio is not None:
+            await self.stdio.aclose()
         if self.server is not None:
             import anyio
 
