@@ -16,6 +16,7 @@ namespace, so the final trace holds each session exactly once (see ``runs.py``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from memtap.probes.readers import Reader
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Session
 from memtap.probes.suitefile import Suite
-from memtap.probes.targets.base import BatchIngest, EpisodeScope, ProbeCall, Target, TurnCall
+from memtap.probes.targets.base import BatchIngest, EpisodeScope, ProbeCall, Target, TurnCall, TurnFailed
 
 __all__ = [
     "PROBE_SESSION",
@@ -230,33 +231,54 @@ class _Player:
 
     async def _episode(self, episode: Episode, scope: EpisodeScope, timings: dict[str, float]) -> None:
         pending = sorted(episode.probes, key=lambda p: p.time)
-        sessions = turns = probes = 0
-        for session in episode.sessions:
-            while pending and pending[0].time < session.time:
+        done = {"sessions": 0, "turns": 0, "probes": 0}
+        todo = list(episode.sessions)
+        while todo:
+            while pending and pending[0].time < todo[0].time:
                 await self._probe(episode, scope, pending.pop(0), timings)
-                probes += 1
-            t0 = time.perf_counter()
-            calls = _turn_calls(episode, session)
-            if self.batch is not None:  # no per-turn reaction: the session's turns at once
-                await self.batch.ingest_turns(scope, calls)
-                turns += len(calls)
-            else:
-                for turn in calls:
-                    await self.target.mark(scope, turn)
-                    await self.target.ingest_turn(scope, turn)
-                    turns += 1
-            timings["ingest_ms"] += (time.perf_counter() - t0) * 1000
-            sessions += 1
-            self.store.progress(
-                scope.run, scope.episode, scope.attempt, sessions=sessions, turns=turns, probes=probes
-            )
-            self.progress.add("sessions")
+                done["probes"] += 1
+            played = [todo.pop(0)]
+            # Batched, the sessions up to the next probe due go together (they need no reaction between).
+            while self.batch is not None and todo and not (pending and pending[0].time < todo[0].time):
+                played.append(todo.pop(0))
+            await self._ingest(episode, scope, played, timings, done)
         for probe in pending:
             await self._probe(episode, scope, probe, timings)
-            probes += 1
-        self.store.progress(
-            scope.run, scope.episode, scope.attempt, sessions=sessions, turns=turns, probes=probes
-        )
+            done["probes"] += 1
+        self.store.progress(scope.run, scope.episode, scope.attempt, **done)
+
+    async def _ingest(
+        self,
+        episode: Episode,
+        scope: EpisodeScope,
+        sessions: list[Session],
+        timings: dict[str, float],
+        done: dict[str, int],
+    ) -> None:
+        """Send the turns of ``sessions`` (one session, unless batched) and count them played; a
+        failed batch counts the sessions whose turns all came before the failed turn."""
+        t0 = time.perf_counter()
+        calls = [_turn_calls(episode, session) for session in sessions]
+        played = 0
+        try:
+            if self.batch is not None:
+                await self.batch.ingest_turns(scope, [turn for turns in calls for turn in turns])
+            else:
+                for turn in calls[0]:
+                    await self.target.mark(scope, turn)
+                    await self.target.ingest_turn(scope, turn)
+            played = len(sessions)
+        except TurnFailed as exc:
+            ends = list(itertools.accumulate(len(turns) for turns in calls))
+            played = sum(1 for end in ends if end <= exc.index)
+            raise
+        finally:
+            timings["ingest_ms"] += (time.perf_counter() - t0) * 1000
+            done["sessions"] += played
+            done["turns"] += sum(len(turns) for turns in calls[:played])
+            if played:
+                self.store.progress(scope.run, scope.episode, scope.attempt, **done)
+                self.progress.add("sessions", played)
 
     async def _probe(
         self, episode: Episode, scope: EpisodeScope, probe: Probe, timings: dict[str, float]

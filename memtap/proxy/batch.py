@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from pydantic import ValidationError
 
 from memtap.auth import Caller, best_context
@@ -107,21 +108,32 @@ async def add_batch(
     problems, context = batch_problems(args_in)
     if problems:
         return await _refuse(service, args_in, problems, caller, front_door, client, layers)
-    outcomes: list[ToolOutcome] = []
-    for item in args_in["items"]:
+    items: list[dict[str, Any]] = args_in["items"]
+    outcomes: list[ToolOutcome | None] = [None] * len(items)
+
+    async def serve(index: int) -> None:
+        item = items[index]
         item_args = {**context, **{k: v for k, v in item.items() if k != "meta"}}
         meta = {k: v for k, v in (item.get("meta") or {}).items() if v is not None}
-        outcomes.append(
-            await service.call_tool(
-                "memory_add",
-                item_args,
-                caller=caller,
-                front_door=front_door,
-                client=client,
-                layers=(*layers, meta) if meta else layers,
-            )
+        outcomes[index] = await service.call_tool(
+            "memory_add",
+            item_args,
+            caller=caller,
+            front_door=front_door,
+            client=client,
+            layers=(*layers, meta) if meta else layers,
         )
-    return ToolOutcome(*_answer(outcomes))
+
+    if getattr(service.backend, "ordered_writes", False):
+        # Started together, in order: the backend commits them in that order, in shared transactions
+        # (one commit for up to 64 writes instead of one each); ids and events keep the items' order.
+        async with anyio.create_task_group() as tg:
+            for index in range(len(items)):
+                tg.start_soon(serve, index)
+    else:  # a backend that may reorder concurrent writes (mem0's duplicate detection is order-dependent)
+        for index in range(len(items)):
+            await serve(index)
+    return ToolOutcome(*_answer([o for o in outcomes if o is not None]))
 
 
 def _answer(outcomes: list[ToolOutcome]) -> tuple[dict[str, Any], bool]:

@@ -59,6 +59,7 @@ from memtap.probes.targets.base import (
     Retrieved,
     TargetError,
     TurnCall,
+    TurnFailed,
 )
 
 __all__ = ["BuiltinTarget"]
@@ -220,22 +221,24 @@ class BuiltinTarget:
     async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
         """The turns as ``memory_add_batch`` calls (one ``memory_add`` event per turn); the first
         failed turn fails the episode, named as its ``memory_add``."""
-        sent = [t for t in turns if t.content.strip()]
+        sent = [(position, t) for position, t in enumerate(turns) if t.content.strip()]
         for start in range(0, len(sent), MAX_BATCH_ITEMS):
             chunk = sent[start : start + MAX_BATCH_ITEMS]
             items = [
-                {**self._turn_args(t), "meta": {"session": t.session, "turn": t.turn, "role": t.role}} for t in chunk
+                {**self._turn_args(t), "meta": {"session": t.session, "turn": t.turn, "role": t.role}}
+                for _, t in chunk
             ]
             failed, text, found = await self._call(scope, "memory_add_batch", {"items": items}, {})
             if not failed:
                 continue
             bad = next((i for i in found.get("items", []) if "error" in i), None)
             if bad is None:
-                raise TargetError(f"memory_add_batch failed: {text}")
-            index = int(bad["index"])
-            raise TargetError(
-                f"memory_add failed: turn {chunk[index].turn} (item {index} of a memory_add_batch of "
-                f"{len(chunk)}): {bad['error']}"
+                raise TurnFailed(f"memory_add_batch failed: {text}", chunk[0][0])
+            position, turn = chunk[int(bad["index"])]
+            raise TurnFailed(
+                f"memory_add failed: session {turn.session} turn {turn.turn} (item {bad['index']} of a "
+                f"memory_add_batch of {len(chunk)}): {bad['error']}",
+                position,
             )
 
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
