@@ -52,7 +52,15 @@ from memtap.probes.suitefile import load_suite, write_suite  # noqa: E402
 from memtap.probes.targets.builtin import BuiltinTarget  # noqa: E402
 from memtap.trace.models import AccessTags, Provenance  # noqa: E402
 
-MEMPROBE = ROOT.parent / "shared" / "data" / "memprobe" / "suite56-sample.jsonl"
+# beside the checkout (../shared), or beside the worktrees folder a helper's checkout sits in
+MEMPROBE = next(
+    (
+        base / "shared" / "data" / "memprobe" / "suite56-sample.jsonl"
+        for base in (ROOT.parent, ROOT.parent.parent)
+        if (base / "shared" / "data" / "memprobe" / "suite56-sample.jsonl").exists()
+    ),
+    ROOT.parent / "shared" / "data" / "memprobe" / "suite56-sample.jsonl",
+)
 
 
 async def in_process(episodes: list[Episode], db: Path) -> float:
@@ -172,8 +180,8 @@ def main() -> int:
             for row in measure(name, episodes, Path(tmp), args.repeat, args.workers, args.http):
                 print(row, flush=True)
     print(
-        f"\n(sqlite {sqlite3.sqlite_version}; {args.repeat} rounds; in-process = BuiltinBackend.add/search, no "
-        "recording; the MCP paths = memtap replay through memtap serve, every call recorded; time ratio = "
+        f"\n(sqlite {sqlite3.sqlite_version}; {args.repeat} rounds; in-process = BuiltinBackend.add/search, "
+        "no recording; the MCP paths = memtap replay through memtap serve, every call recorded; time ratio = "
         "path / the in-process time of the same round; aims: stdio per turn <= 5x, batched <= 3x)"
     )
     return 0

@@ -72,10 +72,14 @@ TURNS = [
 async def test_a_batch_records_the_events_the_same_memory_add_calls_would_record(db_path: Path) -> None:
     async with _stdio(db_path) as client:
         for args, context in TURNS:
-            one = await client.call_tool("memory_add", args, meta=meta(namespace="single", run="r", **context))
+            one = await client.call_tool(
+                "memory_add", args, meta=meta(namespace="single", run="r", **context)
+            )
             assert not one.is_error, _text(one)
         items = [{**args, "meta": context} for args, context in TURNS]
-        batch = await client.call_tool("memory_add_batch", {"items": items}, meta=meta(namespace="batch", run="r"))
+        batch = await client.call_tool(
+            "memory_add_batch", {"items": items}, meta=meta(namespace="batch", run="r")
+        )
     assert not batch.is_error, _text(batch)
     answer = batch.structured_content
     assert answer is not None and (answer["stored"], answer["failed"]) == (3, 0)
@@ -174,10 +178,13 @@ async def test_each_item_needs_the_grant_of_its_own_namespace_and_may_not_contra
         by_kiosk = await kiosk.call_tool("memory_add_batch", {"items": kiosk_items})
     assert server.stop() == 0
 
-    assert by_alice.is_error and _text(by_alice).startswith("memory_add_batch: 1 of 3 items failed and 2 were stored")
+    assert by_alice.is_error and _text(by_alice).startswith(
+        "memory_add_batch: 1 of 3 items failed and 2 were stored"
+    )
     assert "item 1: " in _text(by_alice) and "shared/team" in _text(by_alice)
-    assert by_kiosk.is_error and "item 1: namespace='alice' in the request contradicts namespace='lobby'" in _text(
-        by_kiosk
+    assert (
+        by_kiosk.is_error
+        and "item 1: namespace='alice' in the request contradicts namespace='lobby'" in _text(by_kiosk)
     )
     events = _events(server.db)
     assert [(e.context.principal, e.tool, e.status, e.context.namespace, e.context.turn) for e in events] == [

@@ -42,8 +42,10 @@ def _trace(db: Path, run: str) -> list[str]:
                 " ON i.backend = v.backend AND i.item_id = v.item_id WHERE v.event_id = ?",
                 [event["id"]],
             )
-            row = {k: event[k] for k in event.keys() if k not in _VARYING}
-            rows.append(json.dumps([row, [dict(e) for e in effects], [dict(v) for v in versions]], sort_keys=True))
+            row = {k: v for k, v in dict(event).items() if k not in _VARYING}
+            rows.append(
+                json.dumps([row, [dict(e) for e in effects], [dict(v) for v in versions]], sort_keys=True)
+            )
     finally:
         conn.close()
     text = _TIME.sub("TIME", "\n".join(rows)).replace(run, "RUN")
@@ -55,10 +57,16 @@ def test_a_suite_replayed_turn_by_turn_and_in_batches_leaves_the_same_events_eff
     tmp_path: Path,
 ) -> None:
     suite = tmp_path / "suite.jsonl"
-    write_suite(generate("paradigms", seed=11, episodes=3) + generate("permission", seed=11, episodes=1), suite)
+    write_suite(
+        generate("paradigms", seed=11, episodes=3) + generate("permission", seed=11, episodes=1), suite
+    )
     db = tmp_path / "trace.db"
-    one = _replay(str(suite), "--target", "builtin", "--db", str(db), "--run", "run-turns", "--ingest", "turn")
-    batch = _replay(str(suite), "--target", "builtin", "--db", str(db), "--run", "run-batch", "--ingest", "batch")
+    one = _replay(
+        str(suite), "--target", "builtin", "--db", str(db), "--run", "run-turns", "--ingest", "turn"
+    )
+    batch = _replay(
+        str(suite), "--target", "builtin", "--db", str(db), "--run", "run-batch", "--ingest", "batch"
+    )
     for summary in (one, batch):
         assert (summary["status"], summary["episodes_failed"], summary["memory_events_without_context"]) == (
             "completed", 0, 0

@@ -47,7 +47,9 @@ def _plan(
             config=config,
             reader=reader,
         )
-        return ReplayPlan(run_id, list(suite.episodes), {}, config["workers"], config["top_k"], config["ingest"])
+        return ReplayPlan(
+            run_id, list(suite.episodes), {}, config["workers"], config["top_k"], config["ingest"]
+        )
     if run is not None and run != resume:
         raise ReplayError(f"--run {run} and --resume {resume} name different runs")
     found = store.get_run(resume)
@@ -142,7 +144,13 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     help="Config file whose model_list names the --reader MODEL.",
 )
 @db_option
-@click.option("--server", "server", metavar="URL", help="Use this running memtap serve (its /mcp URL).")
+@click.option(
+    "--server",
+    "server",
+    metavar="URL",
+    help="Use this running memtap serve (its /mcp URL), over HTTP. Without it the builtin and mem0 "
+    "targets start memtap serve --stdio as a child.",
+)
 @click.option(
     "--top-k", type=click.IntRange(1, 100), default=5, show_default=True, help="Memories per probe."
 )
@@ -156,8 +164,9 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     type=click.Choice(["auto", "turn", "batch"]),
     default="auto",
     show_default=True,
-    help="How turns are sent: a session's turns in one memory_add_batch where the target takes them "
-    "(auto: builtin and mem0), or one call per turn (turn); the trace is the same.",
+    help="How turns are sent: the turns of the sessions up to the next probe in one memory_add_batch "
+    "where the target takes them (auto: builtin and mem0), or one call per turn (turn); the trace is "
+    "the same.",
 )
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."

@@ -70,7 +70,9 @@ def batch_problems(arguments: Mapping[str, Any]) -> tuple[list[str], dict[str, A
     elif not items:
         problems.append("items: empty; give at least one memory")
     elif len(items) > MAX_BATCH_ITEMS:
-        problems.append(f"items: {len(items)} items; the limit is {MAX_BATCH_ITEMS} per call (split the batch)")
+        problems.append(
+            f"items: {len(items)} items; the limit is {MAX_BATCH_ITEMS} per call (split the batch)"
+        )
     else:
         for index, item in enumerate(items):
             problems += _item_shape(index, item)

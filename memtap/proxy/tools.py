@@ -14,10 +14,10 @@ from memtap.limits import MAX_BATCH_ITEMS, MAX_ITEMS, MAX_OFFSET, MAX_TURN, boun
 from memtap.trace.models import Op, Role, Visibility
 
 __all__ = [
-    "CONTEXT_FIELDS",
-    "TOOLS",
     "BATCH_TOOL",
+    "CONTEXT_FIELDS",
     "ITEM_META_FIELDS",
+    "TOOLS",
     "AccessArg",
     "AddArgs",
     "AddBatchArgs",

@@ -113,7 +113,9 @@ class BuiltinTarget:
         stdio = self.transport == "stdio" or (self.transport == "auto" and not self._principals)
         if self.url is None and stdio:
             if self._principals:
-                raise TargetError("canary episodes act as users with keys of their own; stdio carries no keys")
+                raise TargetError(
+                    "canary episodes act as users with keys of their own; stdio carries no keys"
+                )
             self.stdio = StdioServe(self.db, extra=self.serve_args)
             await self.stdio.start()
             return
@@ -197,7 +199,9 @@ class BuiltinTarget:
         text = _error_text(result) if result.is_error else ""
         return bool(result.is_error), text, result.structured_content or {}
 
-    async def _checked(self, scope: EpisodeScope, tool: str, args: dict[str, Any], meta: dict[str, Any]) -> Any:
+    async def _checked(
+        self, scope: EpisodeScope, tool: str, args: dict[str, Any], meta: dict[str, Any]
+    ) -> Any:
         failed, text, found = await self._call(scope, tool, args, meta)
         if failed:
             raise TargetError(f"{tool} failed: {text}")
