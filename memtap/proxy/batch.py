@@ -22,9 +22,15 @@ Two levels of refusal:
   is independent, as separate calls are. The answer lists every item's outcome by index; it is a
   tool error when any item failed, naming each failed index and how many were stored.
 
-A batch cancelled while it runs (the client went away) stops: the item being served is recorded
-as cancelled, as a cancelled ``memory_add`` is, and the items after it are neither served nor
-recorded.
+On a backend that commits concurrent writes in the order they started (``ordered_writes``: the
+builtin one) the items are started together, in order, so their writes share transactions (one
+commit for up to 64 instead of one each) while ids, events and lineage keep the items' order;
+on any other backend (mem0, whose duplicate detection depends on the order of the adds) they are
+served one after another.
+
+A batch cancelled while it runs (the client went away) stops: every item in flight is recorded as
+a cancelled ``memory_add`` is (it wrote with its event, or did not write at all); items not yet
+started (only on a backend served one item at a time) are neither served nor recorded.
 """
 
 from __future__ import annotations
