@@ -94,3 +94,21 @@ def test_ingest_batch_is_refused_for_a_target_that_takes_turns_one_by_one(tmp_pa
     assert result.exit_code == 2
     assert "--ingest batch: the openai target takes turns one by one only" in result.output
     assert not (tmp_path / "t.db").exists()
+
+
+def test_turns_go_in_batches_under_the_item_cap_and_about_a_mebibyte_of_content() -> None:
+    from memtap.limits import MAX_BATCH_ITEMS
+    from memtap.probes.targets.base import TurnCall
+    from memtap.probes.targets.builtin import BATCH_BYTES, _chunks
+
+    def turns(*sizes: int) -> list[tuple[int, TurnCall]]:
+        return list(
+            enumerate(
+                TurnCall("s", f"t{i}", "user", "u", "x" * n, None, None, {}) for i, n in enumerate(sizes)
+            )
+        )
+
+    assert [len(c) for c in _chunks(turns(*[10] * (2 * MAX_BATCH_ITEMS + 1)))] == [MAX_BATCH_ITEMS] * 2 + [1]
+    big = BATCH_BYTES // 3
+    chunks = _chunks(turns(big, big, big, 3 * BATCH_BYTES, 5))
+    assert [[turn.turn for _, turn in c] for c in chunks] == [["t0", "t1"], ["t2"], ["t3"], ["t4"]]

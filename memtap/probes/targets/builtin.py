@@ -226,8 +226,7 @@ class BuiltinTarget:
         """The turns as ``memory_add_batch`` calls (one ``memory_add`` event per turn); the first
         failed turn fails the episode, named as its ``memory_add``."""
         sent = [(position, t) for position, t in enumerate(turns) if t.content.strip()]
-        for start in range(0, len(sent), MAX_BATCH_ITEMS):
-            chunk = sent[start : start + MAX_BATCH_ITEMS]
+        for chunk in _chunks(sent):
             items = [
                 {**self._turn_args(t), "meta": {"session": t.session, "turn": t.turn, "role": t.role}}
                 for _, t in chunk
@@ -332,6 +331,26 @@ class BuiltinTarget:
             import anyio
 
             await anyio.to_thread.run_sync(self.server.stop)
+
+
+BATCH_BYTES = 1 << 20
+"""About how much turn content one memory_add_batch carries: well under the MCP body cap over HTTP
+(4 MiB by default, docs/limits.md)."""
+
+
+def _chunks(sent: list[tuple[int, TurnCall]]) -> list[list[tuple[int, TurnCall]]]:
+    """``sent`` in runs of at most MAX_BATCH_ITEMS turns and about BATCH_BYTES of content (one turn
+    larger than that goes alone; the server's content cap judges it)."""
+    chunks: list[list[tuple[int, TurnCall]]] = []
+    size = 0
+    for entry in sent:
+        cost = len(entry[1].content.encode("utf-8", "surrogatepass")) + 512  # and its metadata and tags
+        if not chunks or len(chunks[-1]) >= MAX_BATCH_ITEMS or size + cost > BATCH_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(entry)
+        size += cost
+    return chunks
 
 
 def _retrieved(found: list[dict[str, Any]]) -> list[Retrieved]:
