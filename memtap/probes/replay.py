@@ -25,12 +25,21 @@ from typing import Any, TextIO
 import anyio
 
 from memtap.errors import ConfigError
+from memtap.probes.ab_replay import RecordedPlayer, ab_summary, is_recorded
 from memtap.probes.dialects import dialect_of
 from memtap.probes.readers import Reader
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Session
 from memtap.probes.suitefile import Suite
-from memtap.probes.targets.base import BatchIngest, EpisodeScope, ProbeCall, Target, TurnCall, TurnFailed
+from memtap.probes.targets.base import (
+    BatchIngest,
+    EpisodeScope,
+    ProbeCall,
+    Target,
+    TargetError,
+    TurnCall,
+    TurnFailed,
+)
 
 __all__ = [
     "PROBE_SESSION",
@@ -232,6 +241,8 @@ class _Player:
     async def _episode(self, episode: Episode, scope: EpisodeScope, timings: dict[str, float]) -> None:
         pending = sorted(episode.probes, key=lambda p: p.time)
         done = {"sessions": 0, "turns": 0, "probes": 0}
+        recorded = RecordedPlayer(self.target, self.store, scope) if is_recorded(episode) else None
+        batch = self.batch if recorded is None else None  # recorded calls need their items' ids: one by one
         todo = list(episode.sessions)
         while todo:
             while pending and pending[0].time < todo[0].time:
@@ -239,9 +250,9 @@ class _Player:
                 done["probes"] += 1
             played = [todo.pop(0)]
             # Batched, the sessions up to the next probe due go together (they need no reaction between).
-            while self.batch is not None and todo and not (pending and pending[0].time < todo[0].time):
+            while batch is not None and todo and not (pending and pending[0].time < todo[0].time):
                 played.append(todo.pop(0))
-            await self._ingest(episode, scope, played, timings, done)
+            await self._ingest(episode, scope, played, timings, done, batch, recorded)
         for probe in pending:
             await self._probe(episode, scope, probe, timings)
             done["probes"] += 1
@@ -254,6 +265,8 @@ class _Player:
         sessions: list[Session],
         timings: dict[str, float],
         done: dict[str, int],
+        batch: BatchIngest | None,
+        recorded: RecordedPlayer | None,
     ) -> None:
         """Send the turns of ``sessions`` (one session, unless batched) and count them played; a
         failed batch counts the sessions whose turns all came before the failed turn."""
@@ -261,12 +274,15 @@ class _Player:
         calls = [_turn_calls(episode, session) for session in sessions]
         played = 0
         try:
-            if self.batch is not None:
-                await self.batch.ingest_turns(scope, [turn for turns in calls for turn in turns])
+            if batch is not None:
+                await batch.ingest_turns(scope, [turn for turns in calls for turn in turns])
             else:
-                for turn in calls[0]:
-                    await self.target.mark(scope, turn)
-                    await self.target.ingest_turn(scope, turn)
+                for turn, call in zip(sessions[0].turns, calls[0], strict=True):
+                    await self.target.mark(scope, call)
+                    if recorded is not None:  # a recorded call: writes, updates, deletes (ab_replay.py)
+                        await recorded.play(turn, call)
+                    else:
+                        await self.target.ingest_turn(scope, call)
             played = len(sessions)
         except TurnFailed as exc:
             ends = list(itertools.accumulate(len(turns) for turns in calls))
@@ -288,7 +304,19 @@ class _Player:
         # The replay clock marks the probe too, so the memory calls an agent makes on its own while it
         # answers are attributed to it (session "probes", turn PROBE_ID), as the builtin target's are.
         await self.target.mark(scope, probe_turn(probe, requester))
-        result = await self.target.ask_probe(scope, call, limit=self.plan.limit)
+        try:
+            result = await self.target.ask_probe(scope, call, limit=self.plan.limit)
+        except TargetError as exc:
+            if not is_recorded(episode):
+                raise
+            # a recorded retrieval the target refused: recorded, and the A/B run goes on
+            self.store.record_probe(
+                scope.run, scope.episode, scope.attempt, probe_id=probe.probe_id, probe_type=probe.type,
+                requester=requester, answer=None, retrieved=[], retrieve_ms=None, reader_ms=None,
+                status="failed", error=str(exc),
+            )  # fmt: skip
+            self.progress.add("probes")
+            return
         t0 = time.perf_counter()
         dialect = dialect_of(episode)  # the field names the episode's published scorer reads
         if self.reader.blocking:
@@ -354,6 +382,7 @@ async def replay_suite(
         summary["sessions_played"] = played
         summary["sessions_per_s"] = round(played / summary["wall_s"], 2) if summary["wall_s"] else None
         summary.update(_trace_check(store, plan.run_id))
+        summary.update(ab_summary(store, plan.run_id))
         store.end_run(plan.run_id, status, summary)
     return summary
 

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from memtap.limits import MAX_BATCH_ITEMS
+from memtap.probes.ab_replay import WriteOutcome
 from memtap.probes.targets._server import MemtapServer, health
 from memtap.probes.targets._stdio import StdioServe, error_text
 from memtap.probes.targets.base import (
@@ -208,7 +209,7 @@ class BuiltinTarget:
         return found
 
     @staticmethod
-    def _turn_args(turn: TurnCall) -> dict[str, Any]:
+    def _add_args(turn: TurnCall) -> dict[str, Any]:
         metadata = {"speaker": turn.speaker, "time": turn.time, "phase": turn.phase}
         return {
             "content": turn.content,
@@ -220,7 +221,7 @@ class BuiltinTarget:
         if not turn.content.strip():
             return
         meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
-        await self._checked(scope, "memory_add", self._turn_args(turn), meta)
+        await self._checked(scope, "memory_add", self._add_args(turn), meta)
 
     async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
         """The turns as ``memory_add_batch`` calls (one ``memory_add`` event per turn); the first
@@ -228,7 +229,7 @@ class BuiltinTarget:
         sent = [(position, t) for position, t in enumerate(turns) if t.content.strip()]
         for chunk in _chunks(sent):
             items = [
-                {**self._turn_args(t), "meta": {"session": t.session, "turn": t.turn, "role": t.role}}
+                {**self._add_args(t), "meta": {"session": t.session, "turn": t.turn, "role": t.role}}
                 for _, t in chunk
             ]
             failed, text, found = await self._call(scope, "memory_add_batch", {"items": items}, {})
@@ -243,6 +244,38 @@ class BuiltinTarget:
                 f"memory_add_batch of {len(chunk)}): {bad['error']}",
                 position,
             )
+
+    # -- recorded traffic (A/B replay, memtap.probes.ab_replay) ------------------------------------
+
+    async def _recorded(
+        self, scope: EpisodeScope, turn: TurnCall, tool: str, args: dict[str, Any]
+    ) -> tuple[WriteOutcome, dict[str, Any]]:
+        meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
+        started = time.perf_counter()
+        failed, text, found = await self._call(scope, tool, args, meta)  # stdio or HTTP
+        ms = (time.perf_counter() - started) * 1000
+        if failed:
+            return WriteOutcome(False, ms=ms, error=f"{tool} refused: {text}"), {}
+        return WriteOutcome(True, ms=ms), found
+
+    async def write_recorded(self, scope: EpisodeScope, turn: TurnCall) -> WriteOutcome:
+        """A recorded write: ``memory_add``; the items it created (mem0: one per stored fact)."""
+        outcome, found = await self._recorded(scope, turn, "memory_add", self._add_args(turn))
+        if found.get("id") is not None:
+            outcome.items = [str(found["id"])]
+        else:
+            outcome.items = [str(r["id"]) for r in found.get("results") or [] if r.get("id") is not None]
+        return outcome
+
+    async def update_recorded(self, scope: EpisodeScope, turn: TurnCall, item: str) -> WriteOutcome:
+        outcome, _ = await self._recorded(scope, turn, "memory_update", {"id": item, "content": turn.content})
+        outcome.items = [item] if outcome.ok else []
+        return outcome
+
+    async def delete_recorded(self, scope: EpisodeScope, turn: TurnCall, item: str) -> WriteOutcome:
+        outcome, _ = await self._recorded(scope, turn, "memory_delete", {"id": item})
+        outcome.items = [item] if outcome.ok else []
+        return outcome
 
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
         started = time.perf_counter()
