@@ -7,9 +7,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from trace_builder import add_event
 
 from memtap.trace.writer import Recorder
-from tests.trace_builder import add_event
 
 
 def _count(db: Path) -> int:
