@@ -35,7 +35,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -198,8 +198,10 @@ class KeeperTap:
         meta: dict[str, Any] | None,
         context: Context,
         record: CallRecord | None,
+        answered: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]:
-        """Forward one call; returns the upstream's result, the real effects, and a refined op."""
+        """Forward one call; returns the upstream's result, the real effects, and a refined op.
+        ``answered`` is handed the result as soon as it arrives, as ``GraphTap.call`` does."""
         upstream = self.upstream
         start = record.start_backend if record is not None else _nothing
         end = record.end_backend if record is not None else _nothing
@@ -207,6 +209,8 @@ class KeeperTap:
             start()
             result = await upstream.call_tool(tool, arguments, meta)
             end()
+            if answered is not None:
+                answered(result)
             effects: list[MemoryEffect] = []
             if tool in RETRIEVAL_TOOLS and not result.get("isError"):
                 effects = await self._retrieved(result, arguments, context)
@@ -233,6 +237,8 @@ class KeeperTap:
                     record.effects = await self._reconcile(keys, before, context, tool, exc)
                 raise
             end()
+            if answered is not None:
+                answered(result)
             try:
                 after = await self._read(keys)
             except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded

@@ -38,7 +38,7 @@ import re
 import sqlite3
 import time
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -202,8 +202,10 @@ class LibsqlTap:
         meta: dict[str, Any] | None,
         context: Context,
         record: CallRecord | None,
+        answered: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]:
-        """Forward one call; returns the upstream's result, the real effects, and a refined op."""
+        """Forward one call; returns the upstream's result, the real effects, and a refined op.
+        ``answered`` is handed the result as soon as it arrives, as ``GraphTap.call`` does."""
         upstream = self.upstream
         start = record.start_backend if record is not None else _nothing
         end = record.end_backend if record is not None else _nothing
@@ -211,6 +213,8 @@ class LibsqlTap:
             start()
             result = await upstream.call_tool(tool, arguments, meta)
             end()
+            if answered is not None:
+                answered(result)
             effects = retrieval_effects(result, context) if tool == "search_nodes" else []
             return result, effects, None
         # A write this profile does not know (a newer server's tool) is diffed over the whole graph.
@@ -237,6 +241,8 @@ class LibsqlTap:
                 await self.reconciler.failed(tool, names, before, context, record, exc)
                 raise
             end()
+            if answered is not None:
+                answered(result)
             try:
                 after = await self.file.read_async(names)
             except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded

@@ -12,12 +12,34 @@ tap: its calls are recorded, with no effects rather than claimed ones.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from memtap.adapters.upstream import Upstream
+    from memtap.trace.calls import CallRecord
+    from memtap.trace.models import Context, MemoryEffect, Op
 
-__all__ = ["tap_for"]
+__all__ = ["EffectTap", "tap_for"]
+
+
+class EffectTap(Protocol):
+    """What every tap offers the forwarding proxy (``proxy/forward.py``)."""
+
+    @property
+    def method(self) -> str:  # how it reads the server's state, for --explain
+        ...
+
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None,
+        context: Context,
+        record: CallRecord | None,
+        answered: Callable[[dict[str, Any]], None] | None = None,
+    ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]: ...
+
 
 log = logging.getLogger("memtap.upstream")
 
@@ -32,7 +54,7 @@ def _environment(upstream: Upstream) -> dict[str, str] | None:
     return child_environment(upstream.config, inherit=upstream.inherit_env)
 
 
-def tap_for(upstream: Upstream) -> Any:
+def tap_for(upstream: Upstream) -> EffectTap | None:
     """A new tap for ``upstream``'s profile, or None."""
     profile = upstream.profile.name if upstream.profile is not None else None
     if profile == "server-memory":

@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -47,6 +47,9 @@ from memtap.adapters.profiles import (
 )
 from memtap.config import HttpServerConfig, McpServerConfig, StdioServerConfig
 from memtap.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from memtap.adapters.taps import EffectTap
 
 __all__ = ["BACKOFF_BASE_S", "BACKOFF_MAX_S", "CRASH_WINDOW_S", "State", "Upstream", "child_environment"]
 
@@ -137,7 +140,7 @@ class Upstream:
         self.tools: list[dict[str, Any]] = []
         self.classes: dict[str, Classification] = {}
         self.profile: Profile | None = None
-        self.tap: Any = None  # the profile's effect deriver (adapters/taps.py)
+        self.tap: EffectTap | None = None  # the profile's effect deriver (adapters/taps.py)
         self.recorder: Any = None  # where reconciliation records what it finds (set by the pool)
         # Serialises calls whose effects are derived from state read before and after them.
         self.write_lock = anyio.Lock()

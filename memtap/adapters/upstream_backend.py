@@ -102,7 +102,8 @@ class UpstreamMemoryBackend:
     async def _graph_call(
         self, tool: str, arguments: dict[str, Any], ctx: Context
     ) -> tuple[dict[str, Any], list[MemoryEffect]]:
-        tap: GraphTap = self.upstream.tap
+        tap = self.upstream.tap
+        assert isinstance(tap, GraphTap)  # the graph calls are made for the reference server only
         result, effects, _ = await tap.call(tool, arguments, None, ctx, None)
         return result, effects
 
