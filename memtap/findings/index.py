@@ -16,6 +16,7 @@ accept, and those candidates are then checked with the rule's own test.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from functools import lru_cache
 
 __all__ = ["NamespaceIndex", "compared_sizes", "jaccard_at_least_09"]
@@ -52,6 +53,9 @@ def _groups_for_item(size: int) -> tuple[int, ...]:
 def _signatures(words: frozenset[str], k: int) -> list[tuple[int, int, frozenset[str]]]:
     if k == 1:
         return [(1, 0, words)]
+    if k == 2:
+        odd = frozenset([w for w in words if hash(w) & 1])
+        return [(2, 0, words - odd), (2, 1, odd)]
     parts: list[list[str]] = [[] for _ in range(k)]
     for word in words:
         parts[hash(word) % k].append(word)
@@ -62,38 +66,28 @@ class NamespaceIndex:
     """Live items of one namespace by word, and by near-duplicate signature."""
 
     def __init__(self) -> None:
-        self.by_word: dict[str, set[Key]] = {}
-        self.by_signature: dict[tuple[int, int, frozenset[str]], set[Key]] = {}
+        self.by_word: defaultdict[str, set[Key]] = defaultdict(set)
+        self.by_signature: defaultdict[tuple[int, int, frozenset[str]], set[Key]] = defaultdict(set)
 
     def add(self, key: Key, words: frozenset[str]) -> None:
+        by_word = self.by_word
         for word in words:
-            bucket = self.by_word.get(word)
-            if bucket is None:
-                self.by_word[word] = {key}
-            else:
-                bucket.add(key)
+            by_word[word].add(key)
+        by_signature = self.by_signature
         for k in _groups_for_item(len(words)):
             for signature in _signatures(words, k):
-                bucket = self.by_signature.get(signature)
-                if bucket is None:
-                    self.by_signature[signature] = {key}
-                else:
-                    bucket.add(key)
+                by_signature[signature].add(key)
 
     def remove(self, key: Key, words: frozenset[str]) -> None:
+        # Emptied sets stay (one per word or signature ever seen): cheaper than deleting and
+        # making them again, and the word lookups below treat an empty set as none.
+        by_word = self.by_word
         for word in words:
-            bucket = self.by_word.get(word)
-            if bucket is not None:
-                bucket.discard(key)
-                if not bucket:
-                    del self.by_word[word]
+            by_word[word].discard(key)
+        by_signature = self.by_signature
         for k in _groups_for_item(len(words)):
             for signature in _signatures(words, k):
-                bucket = self.by_signature.get(signature)
-                if bucket is not None:
-                    bucket.discard(key)
-                    if not bucket:
-                        del self.by_signature[signature]
+                by_signature[signature].discard(key)
 
     def holding_words(self, words: list[str]) -> set[Key]:
         """The live items whose word set holds every one of ``words``."""
@@ -109,8 +103,9 @@ class NamespaceIndex:
     def duplicate_candidates(self, words: frozenset[str]) -> set[Key]:
         """A superset of the live items near-equal (Jaccard >= 0.9) to ``words``."""
         found: set[Key] = set()
+        by_signature = self.by_signature
         for signature in _signatures(words, _groups_for_query(len(words))):
-            bucket = self.by_signature.get(signature)
+            bucket = by_signature.get(signature)
             if bucket:
                 found |= bucket
         return found
