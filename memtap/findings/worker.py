@@ -1,0 +1,100 @@
+"""The live detectors' own process: it tails the trace database and runs the engine there.
+
+Run by :class:`memtap.findings.live.LiveFindings` as ``python -m memtap.findings.worker DB``.
+Detection is pure Python; on a thread of the serving process it took the interpreter lock from
+the recorder for as long as the recorder itself held it (the recorder ran at a third of its rate
+beside it). In a process of its own it runs on another core and shares nothing with the calls.
+
+The protocol is JSON lines. On stdin: first the setup (``{"after": ROWID, "canaries":
+[[value, owners, configured], ...]}``), then a number each time the parent committed events (a
+"poke"). For each poke the worker reads every event committed after the last one it examined
+(in commit order: rowid), feeds the engine, stores new findings, and answers on stdout
+``{"ack": N, "findings": [...], "stats": {...}}``. End of stdin ends it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import sys
+from typing import IO, Any
+
+__all__ = ["main"]
+
+log = logging.getLogger("memtap.findings.worker")
+
+_PAGE = 5000
+
+
+def _serve(setup: dict[str, Any], db: str, pokes: IO[str], out: IO[str]) -> None:
+    from memtap.findings.access import Canary
+    from memtap.findings.engine import Engine, make_detectors
+    from memtap.findings.reader import read_page
+    from memtap.findings.storage import save_findings
+    from memtap.trace.store import TraceStore
+
+    canaries = [
+        Canary(value, set(owners), bool(configured)) for value, owners, configured in setup["canaries"]
+    ]
+    engine = Engine(make_detectors(canaries))
+    store = TraceStore(db)
+    after: str | int | None = int(setup["after"])
+    stored = 0
+    try:
+        for line in pokes:
+            if not line.strip():
+                continue
+            seq = int(line)
+            fresh: list[dict[str, Any]] = []
+            error = None
+            try:
+                while True:
+                    events, after = read_page(store.db.conn, after=after, limit=_PAGE, by_rowid=True)
+                    if not events:
+                        break
+                    found = engine.feed(events)
+                    saved = save_findings(store.db, found) if found else []
+                    stored += len(saved)
+                    fresh.extend(f.as_dict() for f in saved)
+            except Exception as exc:  # reported; the next poke reads on from where this stopped
+                log.exception("live findings: events could not be examined")
+                error = f"{type(exc).__name__}: {exc}"
+            # What is alive now stays (the state): later collections look at new objects only.
+            gc.freeze()
+            stats = engine.stats
+            answer = {
+                "ack": seq,
+                "findings": fresh,
+                "error": error,
+                "stats": {
+                    "events": stats.events,
+                    "findings": stats.findings,
+                    "stored": stored,
+                    "by_kind": stats.by_kind,
+                    "detector_errors": stats.detector_errors,
+                    "last_error": stats.last_error,
+                },
+            }
+            out.write(json.dumps(answer, ensure_ascii=False, default=str) + "\n")
+            out.flush()
+    finally:
+        store.close()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    # The protocol owns stdout: anything else printing goes to stderr.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    sys.stdout = sys.stderr
+    pokes = sys.stdin
+    setup = json.loads(pokes.readline() or "{}")
+    if len(sys.argv) != 2 or "after" not in setup:
+        print("usage: python -m memtap.findings.worker DB (setup on stdin)", file=sys.stderr)
+        raise SystemExit(2)
+    _serve(setup, sys.argv[1], pokes, out)
+
+
+if __name__ == "__main__":
+    main()
