@@ -26,6 +26,10 @@ __all__ = ["main"]
 log = logging.getLogger("memtap.findings.worker")
 
 _PAGE = 5000
+# The worker's scheduling priority (Unix nice): below the serving process, so that on a busy
+# machine the recorder keeps its rate and detection waits for spare CPU (it catches up later;
+# nothing is skipped, the events are in the database).
+NICE = 10
 
 
 def _serve(setup: dict[str, Any], db: str, pokes: IO[str], out: IO[str]) -> None:
@@ -84,6 +88,8 @@ def _serve(setup: dict[str, Any], db: str, pokes: IO[str], out: IO[str]) -> None
 
 
 def main() -> None:
+    if hasattr(os, "nice"):
+        os.nice(NICE)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
     # The protocol owns stdout: anything else printing goes to stderr.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
