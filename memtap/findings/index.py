@@ -90,7 +90,10 @@ class NamespaceIndex:
                 by_signature[signature].discard(key)
 
     def holding_words(self, words: list[str]) -> set[Key]:
-        """The live items whose word set holds every one of ``words``."""
+        """The live items whose word set holds every one of ``words`` (for one word, the index's
+        own set: read it, do not change it)."""
+        if len(words) == 1:
+            return self.by_word.get(words[0]) or set()
         buckets = []
         for word in words:
             bucket = self.by_word.get(word)
