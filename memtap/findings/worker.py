@@ -33,7 +33,7 @@ _PAGE = 5000
 # The worker's scheduling priority (Unix nice): below the serving process, so that on a busy
 # machine the recorder keeps its rate and detection waits for spare CPU (it catches up later;
 # nothing is skipped, the events are in the database).
-NICE = 10
+NICE = 19
 
 
 # While more commits are already announced, new findings wait (at most this long) to be stored
