@@ -47,7 +47,7 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
         "m008_create_purge_receipts", "m009_add_reconciled_effects", "m012_add_run_episode_counts",
         "m016_create_findings", "m017_create_hw_samples", "m019_create_ui_indexes", "m020_trim_event_indexes",
-        "m021_create_denials_index", "m028_partial_event_indexes",
+        "m021_create_denials_index", "m028_partial_event_indexes", "m025_create_run_writes",
     ]  # fmt: skip
     assert _columns(db_path, "purge_receipts") == [
         "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",
@@ -64,6 +64,10 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
     assert _columns(db_path, "findings") == [
         "id", "kind", "severity", "severity_rank", "summary", "event_id", "namespace", "run_id", "episode",
         "session", "turn", "event_ids", "item_ids", "evidence", "detector_version", "created_at", "dedupe",
+    ]  # fmt: skip
+    assert _columns(db_path, "run_writes") == [
+        "run_id", "episode_id", "attempt", "turn_id", "recorded_event", "tool", "status", "why", "source_items",
+        "target_items", "ms", "at",
     ]  # fmt: skip
     assert {"total_ms", "parent_id", "model", "provider", "input_tokens", "output_tokens", "ttft_ms",
             "memory_ms", "links"} <= set(_columns(db_path, "events"))  # fmt: skip

@@ -463,3 +463,32 @@ def m028_partial_event_indexes(db: Database) -> None:
     ):
         db.execute(f"DROP INDEX IF EXISTS {name}")
         db.execute(f"CREATE INDEX {name} ON {sql}")
+
+
+@MIGRATIONS()
+def m025_create_run_writes(db: Database) -> None:
+    """What an A/B replay of recorded traffic (``replay --from-trace``) did with each recorded
+    write, update and delete: ``status`` ``done``, ``skipped`` (with ``why``: an update or delete
+    whose source item has no item on the target) or ``failed`` (the target refused the call: its
+    error in ``why``); the source item ids the recorded call touched, the target item ids the
+    replayed call touched (JSON lists), and its time. ``memtap compare --writes`` reads it with the
+    run's events. (Numbered 025, merged after 028: it follows 028 in the list.)"""
+    db.execute(
+        """
+        CREATE TABLE run_writes (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            episode_id TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            turn_id TEXT NOT NULL,
+            recorded_event TEXT,
+            tool TEXT NOT NULL,
+            status TEXT NOT NULL,
+            why TEXT,
+            source_items TEXT NOT NULL,
+            target_items TEXT NOT NULL,
+            ms REAL,
+            at TEXT NOT NULL,
+            PRIMARY KEY (run_id, episode_id, attempt, turn_id)
+        )
+        """
+    )
