@@ -78,6 +78,7 @@ test: lint typecheck pytest
 
 bench: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/mcp_proxy_overhead.py
+	$(BIN)/python benchmarks/wrapped_servers_overhead.py
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/search_scaling.py
 	$(BIN)/python benchmarks/replay_throughput.py

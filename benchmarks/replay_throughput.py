@@ -6,20 +6,30 @@ and a generated ``paradigms`` suite of at least 1,000 sessions):
 
 - **in-process**: the same turns and probe searches fed straight to ``BuiltinBackend`` (its
   ``add`` and ``search``) in this process: no transport, no recording;
-- **front door**: ``memtap replay --target builtin --reader none`` as the CLI runs it: a
-  ``memtap serve`` on a free port, the official MCP client over streamable HTTP, every call
-  recorded. Timed from the first episode's start to the last episode's end as the run
-  records them (so the server's start-up and the final trace flush are not counted), with
-  1 and 4 workers.
+- **MCP over stdio, per turn**: ``memtap replay --target builtin --reader none --ingest turn``
+  as the CLI runs it by default: a ``memtap serve --stdio`` child, memtap's lean JSON-RPC
+  client, one ``memory_add`` per turn, every call recorded;
+- **MCP over stdio, batched**: the same with ``--ingest batch`` (the default): the turns of the
+  sessions up to the next probe in one ``memory_add_batch``, still one recorded ``memory_add``
+  event per turn;
+- **MCP over HTTP, per turn** (``--http``): the path that was the default before: a ``memtap
+  serve`` on a free port and the official MCP client over streamable HTTP (``--server`` takes it
+  now).
 
-Prints sessions per second and the ratio of times (front door / in-process). Temporary
-databases only; 127.0.0.1 only. ``--quick`` uses a small generated suite.
+Each replay is timed from the first episode's start to the last episode's end as the run
+records them (so the server's start-up and the final trace flush are not counted), with 1
+worker (``--workers``). The measurements run in rounds (``--repeat``, default 3: the in-process
+baseline, then each path), so every path has a baseline measured beside it on this shared,
+noisy machine. Prints the median seconds, sessions per second, and the median and range of the
+rounds' ratios (path / that round's in-process time). Aims (issue 16): stdio per turn <= 5x,
+batched <= 3x. Temporary databases only; 127.0.0.1 only. ``--quick`` uses a small generated suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -42,7 +52,15 @@ from memtap.probes.suitefile import load_suite, write_suite  # noqa: E402
 from memtap.probes.targets.builtin import BuiltinTarget  # noqa: E402
 from memtap.trace.models import AccessTags, Provenance  # noqa: E402
 
-MEMPROBE = ROOT.parent / "shared" / "data" / "memprobe" / "suite56-sample.jsonl"
+# beside the checkout (../shared), or beside the worktrees folder a helper's checkout sits in
+MEMPROBE = next(
+    (
+        base / "shared" / "data" / "memprobe" / "suite56-sample.jsonl"
+        for base in (ROOT.parent, ROOT.parent.parent)
+        if (base / "shared" / "data" / "memprobe" / "suite56-sample.jsonl").exists()
+    ),
+    ROOT.parent / "shared" / "data" / "memprobe" / "suite56-sample.jsonl",
+)
 
 
 async def in_process(episodes: list[Episode], db: Path) -> float:
@@ -76,10 +94,10 @@ async def in_process(episodes: list[Episode], db: Path) -> float:
     return elapsed
 
 
-async def front_door(suite_path: Path, db: Path, workers: int) -> float:
+async def front_door(suite_path: Path, db: Path, workers: int, transport: str, ingest: str) -> float:
     suite = load_suite(suite_path)
     store = RunStore(db)
-    run = f"bench-w{workers}"
+    run = f"bench-{transport}-{ingest}-w{workers}"
     store.create_run(
         run,
         suite_path=suite.path,
@@ -89,10 +107,9 @@ async def front_door(suite_path: Path, db: Path, workers: int) -> float:
         config={"workers": workers},
         reader="none",
     )
-    plan = ReplayPlan(run, suite.episodes, {}, workers, 5)
-    summary = await replay_suite(
-        suite, plan, BuiltinTarget(db), store, make_reader("none"), show_progress=False
-    )
+    plan = ReplayPlan(run, suite.episodes, {}, workers, 5, ingest)
+    target = BuiltinTarget(db, transport=transport)
+    summary = await replay_suite(suite, plan, target, store, make_reader("none"), show_progress=False)
     assert summary["episodes_done"] == len(suite.episodes), summary
     first, last = store.conn.execute(
         "SELECT min(started_at), max(ended_at) FROM run_episodes WHERE run_id = ?", [run]
@@ -101,21 +118,39 @@ async def front_door(suite_path: Path, db: Path, workers: int) -> float:
     return (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
 
 
-def measure(name: str, episodes: list[Episode], tmp: Path) -> list[str]:
+PATHS = [
+    ("stdio", "turn", "MCP over stdio, per turn"),
+    ("stdio", "batch", "MCP over stdio, batched ingest"),
+]
+HTTP_PATH = ("http", "turn", "MCP over HTTP, per turn (before)")
+
+
+def measure(
+    name: str, episodes: list[Episode], tmp: Path, repeat: int, workers: int, http: bool
+) -> list[str]:
+    """Rounds of (in-process, then each path), so every path has a baseline measured beside it; the
+    row's time is the median over rounds, its ratio the median of the rounds' ratios (min-max)."""
     suite_path = tmp / f"{name}.jsonl"
     write_suite(episodes, suite_path)
     sessions = sum(len(e.sessions) for e in episodes)
     turns = sum(e.turn_count() for e in episodes)
-    base = anyio.run(in_process, episodes, tmp / f"{name}-inproc.db")
-    rows = [
-        f"| {name} | {len(episodes)} | {sessions} | {turns} | in-process backend | - | {base:.2f} | "
-        f"{sessions / base:.0f} | 1.00 |"
-    ]
-    for workers in (1, 4):
-        took = anyio.run(front_door, suite_path, tmp / f"{name}-w{workers}.db", workers)
+    paths = [*PATHS, HTTP_PATH] if http else PATHS
+    base: list[float] = []
+    took: dict[str, list[float]] = {label: [] for *_, label in paths}
+    for round_ in range(repeat):
+        base.append(anyio.run(in_process, episodes, tmp / f"{name}-inproc-{round_}.db"))
+        for transport, ingest, label in paths:
+            db = tmp / f"{name}-{transport}-{ingest}-{round_}.db"
+            took[label].append(anyio.run(front_door, suite_path, db, workers, transport, ingest))
+    median = statistics.median(base)
+    head = f"| {name} | {len(episodes)} | {sessions} | {turns}"
+    rows = [f"{head} | in-process backend | - | {median:.2f} | {sessions / median:.0f} | 1.00 | - |"]
+    for *_, label in paths:
+        ratios = [t / b for t, b in zip(took[label], base, strict=True)]
+        seconds = statistics.median(took[label])
         rows.append(
-            f"| {name} | {len(episodes)} | {sessions} | {turns} | front door (MCP over HTTP) | {workers} | "
-            f"{took:.2f} | {sessions / took:.0f} | {took / base:.1f} |"
+            f"{head} | {label} | {workers} | {seconds:.2f} | {sessions / seconds:.0f} | "
+            f"{statistics.median(ratios):.2f} | {min(ratios):.2f}-{max(ratios):.2f} |"
         )
     return rows
 
@@ -123,6 +158,9 @@ def measure(name: str, episodes: list[Episode], tmp: Path) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small generated suite only")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--workers", type=int, default=1, help="episodes in parallel on the MCP paths")
+    parser.add_argument("--http", action="store_true", help="also the HTTP path (slow)")
     args = parser.parse_args()
     suites: list[tuple[str, list[Episode]]] = []
     if MEMPROBE.exists() and not args.quick:
@@ -132,15 +170,19 @@ def main() -> int:
     suites.append((f"paradigms-{count}", generated))
     if not args.quick:
         assert sum(len(e.sessions) for e in generated) >= 1000
-    print("| suite | episodes | sessions | turns | path | workers | seconds | sessions/s | time ratio |")
-    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+    print(
+        "| suite | episodes | sessions | turns | path | workers | seconds (median) | sessions/s | "
+        "time ratio (median) | ratio range |"
+    )
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for name, episodes in suites:
-            for row in measure(name, episodes, Path(tmp)):
+            for row in measure(name, episodes, Path(tmp), args.repeat, args.workers, args.http):
                 print(row, flush=True)
     print(
-        f"\n(sqlite {sqlite3.sqlite_version}; in-process = BuiltinBackend.add/search, no recording; "
-        "front door = memtap replay through memtap serve, every call recorded)"
+        f"\n(sqlite {sqlite3.sqlite_version}; {args.repeat} rounds; in-process = BuiltinBackend.add/search, "
+        "no recording; the MCP paths = memtap replay through memtap serve, every call recorded; time ratio = "
+        "path / the in-process time of the same round; aims: stdio per turn <= 5x, batched <= 3x)"
     )
     return 0
 

@@ -29,6 +29,7 @@ from memtap.errors import ContentTooLarge, InvalidArguments
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "MAX_BATCH_ITEMS",
     "MAX_ITEMS",
     "MAX_OFFSET",
     "MAX_TURN",
@@ -53,6 +54,7 @@ __all__ = [
 MAX_OFFSET = 1_000_000_000  # memory_list's offset: beyond any namespace, within SQLite's INTEGER
 MAX_TURN = 2**53 - 1  # an integer turn: the largest integer every JSON reader keeps exactly
 MAX_ITEMS = 1_000  # entries in one access list (participants, allow, deny)
+MAX_BATCH_ITEMS = 1_000  # memories in one memory_add_batch call
 
 
 @dataclass(frozen=True)

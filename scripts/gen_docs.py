@@ -314,7 +314,8 @@ def render_tools() -> str:
         _note("memtap.proxy.tools.TOOLS"),
         "",
         "`memtap serve` offers these tools over stdio and streamable HTTP (`/mcp`). Every call, "
-        "failed or not, is recorded as one event. A successful call returns its result as JSON text "
+        "failed or not, is recorded as one event (a `memory_add_batch` as one `memory_add` event per "
+        "item, unless the batch itself is refused). A successful call returns its result as JSON text "
         "and as `structuredContent`; a failure (bad arguments, unknown id, content too large) is a "
         "tool error (`isError: true`) with a one-line message, never a dropped connection.",
         "",
@@ -382,6 +383,7 @@ def render_tools() -> str:
             "Arguments (besides the context fields above):",
             "",
             *_argument_table(served[name]["inputSchema"], CONTEXT_FIELDS),
+            *_batch_item_tables(name, served[name]["inputSchema"]),
             "",
             "<details><summary>Input schema (JSON Schema, as <code>tools/list</code> serves it)</summary>",
             "",
@@ -392,6 +394,27 @@ def render_tools() -> str:
             "</details>",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _batch_item_tables(name: str, schema: dict[str, Any]) -> list[str]:
+    """For memory_add_batch: what one item holds, and its meta (the batch's own table says only 'items')."""
+    from memtap.proxy.tools import BATCH_TOOL, CONTEXT_FIELDS
+
+    if name != BATCH_TOOL:
+        return []
+    defs = schema.get("$defs", {})
+    return [
+        "",
+        "Each item (`BatchItem`): `memory_add`'s arguments, and its own context in `meta`:",
+        "",
+        *_argument_table(defs["BatchItem"], CONTEXT_FIELDS),
+        "",
+        "An item's `meta` (`ItemMeta`) is weighed as a `memory_add` request's `_meta.memtap`: over the "
+        "call's `_meta` and headers, and never against a field the operator pinned for the key. "
+        "See [limits.md](limits.md) for what happens to a batch of the wrong shape and to a bad item.",
+        "",
+        *_argument_table(defs["ItemMeta"]),
+    ]
 
 
 # -- docs/openapi.json ---------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from hypothesis.errors import Unsatisfiable
 
 MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 PROTOCOL = "2025-06-18"
-TOOLS = ("memory_add", "memory_search", "memory_get", "memory_list", "memory_update", "memory_delete",
-         "memory_history")  # fmt: skip
+TOOLS = ("memory_add", "memory_add_batch", "memory_search", "memory_get", "memory_list", "memory_update",
+         "memory_delete", "memory_history")  # fmt: skip
 
 
 @dataclass

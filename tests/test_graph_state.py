@@ -101,7 +101,8 @@ async def test_streamable_http_upstream_passes_tools_through_and_is_classified_b
     ]
     assert not added.is_error and found.structured_content["results"][0]["content"] == "kept remotely"  # type: ignore[index]
     assert classes == {
-        "memory_add": ("write", "annotations"), "memory_search": ("retrieve", "annotations"),
+        "memory_add": ("write", "annotations"), "memory_add_batch": ("write", "annotations"),
+        "memory_search": ("retrieve", "annotations"),
         "memory_get": ("read", "annotations"), "memory_list": ("read", "annotations"),
         "memory_update": ("update", "annotations"), "memory_delete": ("delete", "annotations"),
         "memory_history": ("read", "annotations"),

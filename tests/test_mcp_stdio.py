@@ -28,8 +28,8 @@ async def test_stdio_lists_memory_tools_with_schemas_and_annotations(db_path: Pa
     async with Client(_params(db_path)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
     assert set(tools) == {
-        "memory_add", "memory_search", "memory_get", "memory_list", "memory_update", "memory_delete",
-        "memory_history",
+        "memory_add", "memory_add_batch", "memory_search", "memory_get", "memory_list", "memory_update",
+        "memory_delete", "memory_history",
     }  # fmt: skip
     add = tools["memory_add"]
     assert add.input_schema["required"] == ["content"]

@@ -75,7 +75,8 @@ def test_replay_on_builtin_sends_every_turn_with_its_context_and_answers_every_p
     assert {(ep, ns) for ep, _, _, _, ns, *_ in writes} == {
         (e.episode_id, f"r1/{e.episode_id}/1") for e in episodes
     }
-    assert {(run, door) for *_, run, door, _ in writes} == {("r1", "mcp-http")}
+    # the default without --server: memtap serve --stdio as the replay's child
+    assert {(run, door) for *_, run, door, _ in writes} == {("r1", "mcp-stdio")}
     speaker = {(e.episode_id, t.turn_id): t.speaker for e in episodes for s in e.sessions for t in s.turns}
     for episode, _, turn, _, _, _, _, arguments in writes:
         assert json.loads(arguments)["metadata"]["speaker"] == speaker[(episode, turn)]

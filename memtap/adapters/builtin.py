@@ -84,6 +84,9 @@ class BuiltinBackend:
     """memtap's own memory store; its SQLite work runs on one dedicated thread."""
 
     name = "builtin"
+    # Writes started together are queued in the order they started (nothing is awaited before the
+    # hand-over to the thread) and committed in that order, grouped: memory_add_batch relies on it.
+    ordered_writes = True
 
     def __init__(self, path: str | Path, *, durable: bool = False) -> None:
         self.path = Path(path)

@@ -261,8 +261,10 @@ async def open_stdio(
     *,
     timeout: float,
     on_notification: Callable[[str, Any], None] | None = None,
+    client_name: str = "memtap",
 ) -> AsyncIterator[StdioConnection]:
-    """Start the server, run the initialize handshake, and yield the connection; stop it on exit."""
+    """Start the server, run the initialize handshake (as MCP client ``client_name``), and yield the
+    connection; stop it on exit."""
     try:
         proc = await asyncio.create_subprocess_exec(
             command,
@@ -295,7 +297,7 @@ async def open_stdio(
                 {
                     "protocolVersion": HANDSHAKE_VERSION,
                     "capabilities": {"roots": {"listChanged": False}},
-                    "clientInfo": {"name": "memtap", "version": __version__},
+                    "clientInfo": {"name": client_name, "version": __version__},
                 },
                 timeout=timeout,
             )

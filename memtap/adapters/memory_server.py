@@ -35,7 +35,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -233,10 +233,14 @@ class GraphTap:
         meta: dict[str, Any] | None,
         context: Context,
         record: CallRecord | None,
+        answered: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]:
         """Forward one call; returns the upstream's result, the real effects, and a refined op.
 
         ``record``, when given, learns where the upstream's own time begins and ends.
+        ``answered``, when given, is handed the upstream's result as soon as it arrives, before
+        the state after a write is read (a front door answering its caller first); the write
+        lock is still held until that read ends, so no other write's state read interleaves.
         """
         upstream = self.upstream
         start = record.start_backend if record is not None else _nothing
@@ -245,6 +249,8 @@ class GraphTap:
             start()
             result = await upstream.call_tool(tool, arguments, meta)
             end()
+            if answered is not None:
+                answered(result)
             effects = retrieval_effects(result, context) if tool == "search_nodes" else []
             return result, effects, None
         # A write this profile does not know (a newer server's tool) is diffed over the whole graph.
@@ -275,6 +281,8 @@ class GraphTap:
                 await self.reconciler.failed(tool, names, before, context, record, exc)
                 raise
             end()
+            if answered is not None:
+                answered(result)
             try:
                 after = await self._read(names, fresh=True)
             except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded

@@ -99,7 +99,11 @@ class UpstreamPool:
         try:
             async with supervising(list(self.upstreams.values()), eager=self.eager):
                 self._write_status()
-                yield self
+                try:
+                    yield self
+                finally:  # calls answered before they were recorded may still read an upstream
+                    if self.recorder is not None:
+                        await self.recorder.answered_first.drain()
         finally:
             await self._settle()
             self.running = False

@@ -47,7 +47,9 @@ def _plan(
             config=config,
             reader=reader,
         )
-        return ReplayPlan(run_id, list(suite.episodes), {}, config["workers"], config["top_k"])
+        return ReplayPlan(
+            run_id, list(suite.episodes), {}, config["workers"], config["top_k"], config["ingest"]
+        )
     if run is not None and run != resume:
         raise ReplayError(f"--run {run} and --resume {resume} name different runs")
     found = store.get_run(resume)
@@ -64,7 +66,7 @@ def _plan(
     todo = [e for e in suite.episodes if latest.get(e.episode_id, {}).get("status") != "done"]
     store.reopen_run(resume)
     attempts = {episode_id: row["attempt"] for episode_id, row in latest.items()}
-    return ReplayPlan(resume, todo, attempts, config["workers"], config["top_k"])
+    return ReplayPlan(resume, todo, attempts, config["workers"], config["top_k"], config["ingest"])
 
 
 def _frozen(
@@ -149,7 +151,13 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     help="Config file whose model_list names the --reader MODEL.",
 )
 @db_option
-@click.option("--server", "server", metavar="URL", help="Use this running memtap serve (its /mcp URL).")
+@click.option(
+    "--server",
+    "server",
+    metavar="URL",
+    help="Use this running memtap serve (its /mcp URL), over HTTP. Without it the builtin and mem0 "
+    "targets start memtap serve --stdio as a child.",
+)
 @click.option(
     "--top-k", type=click.IntRange(1, 100), default=5, show_default=True, help="Memories per probe."
 )
@@ -157,6 +165,15 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     "--gate",
     type=click.Choice(["observe", "enforce"]),
     help="The access gate of the memtap serve the builtin target starts (default: the server's own).",
+)
+@click.option(
+    "--ingest",
+    type=click.Choice(["auto", "turn", "batch"]),
+    default="auto",
+    show_default=True,
+    help="How turns are sent: the turns of the sessions up to the next probe in one memory_add_batch "
+    "where the target takes them (auto: builtin and mem0), or one call per turn (turn); the trace is "
+    "the same.",
 )
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
@@ -180,6 +197,7 @@ def replay(
     server: str | None,
     top_k: int,
     gate: str | None,
+    ingest: str,
     progress: bool | None,
     hw_probe: bool,
     hw_interval: float,
@@ -203,7 +221,7 @@ def replay(
     import anyio
 
     from memtap.probes.readers import make_reader
-    from memtap.probes.replay import replay_suite
+    from memtap.probes.replay import batch_ingest, replay_suite
     from memtap.probes.runs import RunStore
     from memtap.probes.suitefile import load_suite
     from memtap.probes.targets import make_target
@@ -219,10 +237,12 @@ def replay(
     suite = load_suite(suite_file)
     answerer = make_reader(reader, config_file)
     the_target = make_target(target, db=path, server_url=server, gate=gate)
+    batch_ingest(the_target, ingest)  # --ingest batch on a target without it: refused before the database
     store = RunStore(path)
     try:
         with hw_session(hw_probe, path, hw_interval, hw_baseline, "replay") as probe:
-            config = {"workers": workers, "top_k": top_k, "server": server, "reader": reader, "gate": gate}
+            config = {"workers": workers, "top_k": top_k, "server": server, "reader": reader, "gate": gate,
+                      "ingest": ingest}  # fmt: skip
             plan = _plan(store, suite, target, reader, run, resume, config)
             if probe is not None:
                 probe.link(plan.run_id)

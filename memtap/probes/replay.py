@@ -16,6 +16,7 @@ namespace, so the final trace holds each session exactly once (see ``runs.py``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,18 +24,28 @@ from typing import Any, TextIO
 
 import anyio
 
+from memtap.errors import ConfigError
 from memtap.probes.ab_replay import RecordedPlayer, ab_summary, is_recorded
 from memtap.probes.dialects import dialect_of
 from memtap.probes.readers import Reader
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Session
 from memtap.probes.suitefile import Suite
-from memtap.probes.targets.base import EpisodeScope, ProbeCall, Target, TargetError, TurnCall
+from memtap.probes.targets.base import (
+    BatchIngest,
+    EpisodeScope,
+    ProbeCall,
+    Target,
+    TargetError,
+    TurnCall,
+    TurnFailed,
+)
 
 __all__ = [
     "PROBE_SESSION",
     "Progress",
     "ReplayPlan",
+    "batch_ingest",
     "describe_error",
     "episode_namespace",
     "probe_turn",
@@ -93,6 +104,7 @@ class ReplayPlan:
     attempts: dict[str, int]  # attempts already made per episode (0 for new)
     workers: int = 1
     limit: int = 5
+    ingest: str = "auto"  # auto (a session's turns at once where the target takes them), turn, batch
 
 
 PROBE_SESSION = "probes"
@@ -111,6 +123,15 @@ def probe_turn(probe: Probe, requester: str) -> TurnCall:
         phase="probe",
         access={},
     )
+
+
+def batch_ingest(target: Target, ingest: str) -> BatchIngest | None:
+    """The target as a batch ingester when ``ingest`` (auto, turn, batch) says so and it is one."""
+    if ingest == "turn" or not isinstance(target, BatchIngest):
+        if ingest == "batch":
+            raise ConfigError(f"--ingest batch: the {target.name} target takes turns one by one only")
+        return None
+    return target
 
 
 def _turn_calls(episode: Episode, session: Session) -> list[TurnCall]:
@@ -141,6 +162,7 @@ def _turn_calls(episode: Episode, session: Session) -> list[TurnCall]:
 class _Player:
     def __init__(self, plan: ReplayPlan, target: Target, store: RunStore, reader: Reader, progress: Progress):
         self.plan, self.target, self.store, self.reader, self.progress = plan, target, store, reader, progress
+        self.batch = batch_ingest(target, plan.ingest)
 
     async def worker(self, queue: list[Episode]) -> None:
         while queue:
@@ -218,32 +240,61 @@ class _Player:
 
     async def _episode(self, episode: Episode, scope: EpisodeScope, timings: dict[str, float]) -> None:
         pending = sorted(episode.probes, key=lambda p: p.time)
-        sessions = turns = probes = 0
+        done = {"sessions": 0, "turns": 0, "probes": 0}
         recorded = RecordedPlayer(self.target, self.store, scope) if is_recorded(episode) else None
-        for session in episode.sessions:
-            while pending and pending[0].time < session.time:
+        batch = self.batch if recorded is None else None  # recorded calls need their items' ids: one by one
+        todo = list(episode.sessions)
+        while todo:
+            while pending and pending[0].time < todo[0].time:
                 await self._probe(episode, scope, pending.pop(0), timings)
-                probes += 1
-            t0 = time.perf_counter()
-            for turn, call in zip(session.turns, _turn_calls(episode, session), strict=True):
-                await self.target.mark(scope, call)
-                if recorded is not None:  # a recorded call: writes, updates, deletes (ab_replay.py)
-                    await recorded.play(turn, call)
-                else:
-                    await self.target.ingest_turn(scope, call)
-                turns += 1
-            timings["ingest_ms"] += (time.perf_counter() - t0) * 1000
-            sessions += 1
-            self.store.progress(
-                scope.run, scope.episode, scope.attempt, sessions=sessions, turns=turns, probes=probes
-            )
-            self.progress.add("sessions")
+                done["probes"] += 1
+            played = [todo.pop(0)]
+            # Batched, the sessions up to the next probe due go together (they need no reaction between).
+            while batch is not None and todo and not (pending and pending[0].time < todo[0].time):
+                played.append(todo.pop(0))
+            await self._ingest(episode, scope, played, timings, done, batch, recorded)
         for probe in pending:
             await self._probe(episode, scope, probe, timings)
-            probes += 1
-        self.store.progress(
-            scope.run, scope.episode, scope.attempt, sessions=sessions, turns=turns, probes=probes
-        )
+            done["probes"] += 1
+        self.store.progress(scope.run, scope.episode, scope.attempt, **done)
+
+    async def _ingest(
+        self,
+        episode: Episode,
+        scope: EpisodeScope,
+        sessions: list[Session],
+        timings: dict[str, float],
+        done: dict[str, int],
+        batch: BatchIngest | None,
+        recorded: RecordedPlayer | None,
+    ) -> None:
+        """Send the turns of ``sessions`` (one session, unless batched) and count them played; a
+        failed batch counts the sessions whose turns all came before the failed turn."""
+        t0 = time.perf_counter()
+        calls = [_turn_calls(episode, session) for session in sessions]
+        played = 0
+        try:
+            if batch is not None:
+                await batch.ingest_turns(scope, [turn for turns in calls for turn in turns])
+            else:
+                for turn, call in zip(sessions[0].turns, calls[0], strict=True):
+                    await self.target.mark(scope, call)
+                    if recorded is not None:  # a recorded call: writes, updates, deletes (ab_replay.py)
+                        await recorded.play(turn, call)
+                    else:
+                        await self.target.ingest_turn(scope, call)
+            played = len(sessions)
+        except TurnFailed as exc:
+            ends = list(itertools.accumulate(len(turns) for turns in calls))
+            played = sum(1 for end in ends if end <= exc.index)
+            raise
+        finally:
+            timings["ingest_ms"] += (time.perf_counter() - t0) * 1000
+            done["sessions"] += played
+            done["turns"] += sum(len(turns) for turns in calls[:played])
+            if played:
+                self.store.progress(scope.run, scope.episode, scope.attempt, **done)
+                self.progress.add("sessions", played)
 
     async def _probe(
         self, episode: Episode, scope: EpisodeScope, probe: Probe, timings: dict[str, float]

@@ -1,6 +1,6 @@
 """The OpenAPI description of memtap's HTTP API, generated from the code.
 
-The ``/v1`` front door and the MCP endpoints are plain ASGI endpoints (``DirectRoutes``
+The ``/v1`` front door and the MCP endpoints are plain ASGI endpoints (``FastRoutesApp``
 hands them requests past the framework, for speed), so FastAPI cannot see them. They are
 described here as schema-only routes — pydantic models of what they take and answer — and
 merged with the framework's own routes (``/healthz``, the replay clock) into the document
@@ -177,7 +177,7 @@ async def chat_completions(
     """Forward a chat completion to the model's upstream and record it as one ``chat`` event; in
     ``auto`` memory mode, search the namespace's memories first, inject them as a system
     message, and capture the user turn after the answer. A memory failure never fails the chat."""
-    raise NotImplementedError  # schema only: DirectRoutes serves the path (proxy/chat.py)
+    raise NotImplementedError  # schema only: FastRoutesApp serves the path (proxy/chat.py)
 
 
 # -- /v1/embeddings, /v1/models --------------------------------------------------------------------

@@ -21,9 +21,10 @@ from starlette.routing import Mount, Route
 from memtap import __version__
 from memtap.auth.resource import ProtectedResource
 from memtap.proxy.api_docs import Health, install_openapi
+from memtap.proxy.fast_routes import FastRoutesApp
 from memtap.proxy.guard import RequestGuard, validation_error
 from memtap.proxy.mcp_server import build_mcp_server
-from memtap.proxy.openai_api import DirectRoutes, OpenAIFrontDoor
+from memtap.proxy.openai_api import OpenAIFrontDoor
 from memtap.proxy.replay_clock import mount_replay_clock
 from memtap.proxy.runtime import Runtime, is_loopback
 
@@ -103,7 +104,7 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
             await stack.enter_async_context(openai.running())
             yield
 
-    app = FastAPI(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastRoutesApp(title="memtap", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_exception_handler(RequestValidationError, validation_error)
     install_openapi(app)  # the /v1 and MCP endpoints too (proxy/api_docs.py)
 
@@ -133,13 +134,15 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
     mount_replay_clock(app, runtime.clock, authentication, settings.policy, runtime.recorder)
     openai_routes = openai.routes(authentication.gate)
     app.router.routes.extend(openai_routes)
-    app.add_middleware(DirectRoutes, routes=openai_routes)
-    app.add_middleware(  # outermost: header caps, and an event for every refusal (proxy/guard.py)
-        RequestGuard,
-        recorder=runtime.recorder,
-        caller_of=authentication.caller_or_none,
-        default_principal=settings.default_principal,
-    )
+    guard = {
+        "recorder": runtime.recorder,
+        "caller_of": authentication.caller_or_none,
+        "default_principal": settings.default_principal,
+    }
+    # outermost: header caps, and an event for every refusal (proxy/guard.py)
+    app.add_middleware(RequestGuard, **guard)  # type: ignore[arg-type]
+    # /v1 in front of the stack, behind the same guard (proxy/fast_routes.py)
+    app.serve_fast(openai_routes, lambda endpoint: RequestGuard(endpoint, **guard))  # type: ignore[arg-type]
     if pool is not None:
         from memtap.proxy.forward import ByUpstream
 

@@ -20,6 +20,7 @@ the upstream is not left with a half-observed write and the event is recorded.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -100,6 +101,21 @@ def _recorded_value(result: dict[str, Any]) -> dict[str, Any]:
     if result.get("structuredContent") is not None:
         return {"structuredContent": result["structuredContent"]}
     return {"content": result.get("content")}
+
+
+def _pass_on(task: asyncio.Task[Any], answer: asyncio.Future[types.CallToolResult]) -> None:
+    """A forwarded call's task has ended: its outcome is the answer, unless it answered already."""
+    error = None if task.cancelled() else task.exception()
+    if answer.done():
+        if error is not None:  # answered, then not recorded (a recorder closed under it)
+            log.error("a forwarded call was answered but not recorded: %s", error)
+        return
+    if task.cancelled():
+        answer.cancel()
+    elif error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(task.result())
 
 
 class _Router:
@@ -251,7 +267,14 @@ def build_forward_server(
             tools = [t for t in tools if rules.may_call_upstream(who, router.tools[t.name][0].name)]
         return types.ListToolsResult(tools=tools)
 
-    async def forward(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]) -> Any:
+    async def forward(
+        ctx: ServerRequestContext[Any, Any],
+        name: str,
+        arguments: dict[str, Any],
+        answer: asyncio.Future[types.CallToolResult] | None = None,
+    ) -> Any:
+        """Serve one call and record it; with ``answer``, answer it there as soon as the
+        upstream's well-formed result is in (effects derived and event recorded after)."""
         who, front_door, layers = caller(ctx)
         client = client_name(ctx)
         route = await router.resolve_tool(name)
@@ -271,6 +294,18 @@ def build_forward_server(
                 who, layers=layers, client=client, upstream=upstream.name if upstream else None, clock=clock
             ),
         ) as call:
+
+            def answered(result: dict[str, Any]) -> None:
+                nonlocal parsed
+                if answer is None or answer.done():
+                    return
+                try:
+                    parsed = types.CallToolResult.model_validate(result)
+                except ValidationError:
+                    return  # answered at the end, with the protocol error, as before
+                call.total_ms = (time.perf_counter() - call.started) * 1000  # the caller's wait
+                answer.set_result(parsed)
+
             try:
                 context = call.context = resolve_context(
                     who,
@@ -291,15 +326,17 @@ def build_forward_server(
                 meta = _upstream_meta(ctx.meta)
                 if upstream.tap is not None:
                     result, call.effects, refined = await upstream.tap.call(
-                        tool, arguments, meta, context, call
+                        tool, arguments, meta, context, call, answered
                     )
                     call.op = refined or call.op
                 else:
                     call.start_backend()
                     result = await upstream.call_tool(tool, arguments, meta)
                     call.end_backend()
+                    answered(result)
                 try:
-                    parsed = types.CallToolResult.model_validate(result)
+                    if parsed is None:
+                        parsed = types.CallToolResult.model_validate(result)
                 except ValidationError as exc:
                     problem = exc.errors()[0]
                     where = ".".join(str(p) for p in problem["loc"])
@@ -328,9 +365,18 @@ def build_forward_server(
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        with anyio.CancelScope(shield=True):
-            result: types.CallToolResult = await forward(ctx, params.name, dict(params.arguments or {}))
-        return result
+        arguments = dict(params.arguments or {})
+        if recorder.durable:  # recorded (committed) before the answer, as durable mode promises
+            with anyio.CancelScope(shield=True):
+                result: types.CallToolResult = await forward(ctx, params.name, arguments)
+            return result
+        # Answered first: the call runs in a task of its own (so a caller that goes away does not
+        # cut it short), which answers here once the upstream's result is in and then derives
+        # the effects and records the event (memtap/trace/after.py).
+        answer: asyncio.Future[types.CallToolResult] = asyncio.get_running_loop().create_future()
+        task = recorder.answered_first.spawn(forward(ctx, params.name, arguments, answer))
+        task.add_done_callback(lambda done: _pass_on(done, answer))
+        return await answer
 
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None

@@ -95,7 +95,13 @@ def caller(
 def to_call_result(outcome: ToolOutcome) -> types.CallToolResult:
     if outcome.is_error:
         message = outcome.error or json_text(outcome.value)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+        # A failure that says more than its error (a batch's per-item outcomes) keeps it structured.
+        more = isinstance(outcome.value, dict) and len(outcome.value) > 1
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=message)],
+            structured_content=outcome.value if more else None,
+            is_error=True,
+        )
     text = json_text(outcome.value)
     structured = outcome.value if isinstance(outcome.value, dict) else {"result": outcome.value}
     return types.CallToolResult(

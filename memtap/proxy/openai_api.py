@@ -42,27 +42,9 @@ from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
 
-__all__ = ["DirectRoutes", "OpenAIFrontDoor"]
+__all__ = ["OpenAIFrontDoor"]
 
 log = logging.getLogger("memtap.openai")
-
-
-class DirectRoutes:
-    """ASGI middleware that hands requests for the given routes straight to their endpoints,
-    past the framework's exception, exit-stack and routing layers (about 0.1 ms a call here);
-    anything else, or a method a route does not take, goes through the app as usual."""
-
-    def __init__(self, app: ASGIApp, routes: list[Route]) -> None:
-        self.app = app
-        self.routes = {route.path: route for route in routes}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            route = self.routes.get(scope["path"])
-            if route is not None and route.methods is not None and scope["method"] in route.methods:
-                await route.app(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 class OpenAIFrontDoor:

@@ -68,6 +68,8 @@ class Settings:
     console_spans: bool = False
     # Batch trace writes for this long (not in durable mode); see Recorder.
     record_linger_s: float = 0.01
+    # The recorder's linger grows up to this while calls come fast (bounded latency to disk).
+    record_max_linger_s: float = 0.05
     # The config file (--config): chat upstreams (model_list) and memtap's own section.
     config: ConfigFile = field(default_factory=ConfigFile)
     # memtap proxy: the MCP servers to wrap (empty: serve the builtin memory tools).
@@ -115,7 +117,12 @@ class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         install(settings.limits)  # the caps are per process; the front doors read them
-        self.recorder = Recorder(settings.db, durable=settings.durable, linger_s=settings.record_linger_s)
+        self.recorder = Recorder(
+            settings.db,
+            durable=settings.durable,
+            linger_s=settings.record_linger_s,
+            max_linger_s=settings.record_max_linger_s,
+        )
         self.recorder.privacy = settings.privacy()
         self.recorder.start()
         self.findings = start_live_findings(settings.db, settings.config.memtap.findings, self.recorder)

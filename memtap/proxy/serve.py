@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -42,6 +43,23 @@ async def _serve_stdio(runtime: Runtime) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def _has_stdio_upstream(settings: Settings) -> bool:
+    from memtap.config import StdioServerConfig
+
+    return any(isinstance(server, StdioServerConfig) for server in settings.upstreams.values())
+
+
+def _freeze_startup_heap() -> None:
+    """Move what start-up built (modules, the app, the runtime) out of the collector's view.
+
+    Those objects live as long as the process; without this every full collection walks
+    them again (garbage collection was 6% of the chat path's CPU at 32 concurrent calls).
+    Collected first, so nothing already garbage is kept for good.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 @contextlib.contextmanager
 def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
     """SIGINT and SIGTERM stop serving cleanly, so the trace is flushed before exit.
@@ -69,10 +87,13 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
     """Serve until stopped (a signal on HTTP, end of input on stdio); flush the trace on the way out."""
     if http is not None:
         settings.check_bind(http[0])
-    # The recorder's writer thread holds the GIL while it builds rows; every pipe or socket
-    # write on the event loop releases the GIL and then waits for it back, up to the switch
-    # interval (5 ms by default). A shorter interval bounds that wait on each call.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if stdio or _has_stdio_upstream(settings):
+        # The recorder's writer thread holds the GIL while it builds rows; every pipe write on
+        # the event loop releases the GIL and then waits for it back, up to the switch interval
+        # (5 ms by default). A shorter interval bounds that wait on each call. Only where pipes
+        # carry the calls: on the HTTP chat path it cost throughput (0.85x the CPU per request
+        # and 1.28x the requests/s with the default, at 32 concurrent calls).
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
     configure_tracing(console=settings.console_spans)
     runtime = Runtime(settings)
     if runtime.recorder.privacy.secrets:  # no configured secret reaches a log line or a span either
@@ -112,6 +133,7 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
                 )
                 if settings.config.model_list or settings.config.memtap.embeddings:
                     print(f"memtap: serving the OpenAI API at http://{host}:{port}/v1", file=sys.stderr)
+        _freeze_startup_heap()
         cancels: list[Callable[[], None]] = []
 
         def stop() -> None:

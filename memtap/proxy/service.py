@@ -19,6 +19,7 @@ from memtap.errors import AccessDenied, BackendError, InvalidArguments, UnknownT
 from memtap.limits import check_arguments
 from memtap.proxy.policy import GateMode, gate_retrieval, gate_stored
 from memtap.proxy.tools import (
+    BATCH_TOOL,
     CONTEXT_FIELDS,
     TOOLS,
     AccessArg,
@@ -88,6 +89,12 @@ class MemoryService:
         """Run one tool call for ``caller`` (or a ``local`` caller named ``principal``);
         ``layers`` are the connection's context sources, weakest first (headers, _meta)."""
         who = caller if caller is not None else local_caller(principal or "local")
+        if name == BATCH_TOOL:  # one memory_add call (and event) per item: memtap.proxy.batch
+            from memtap.proxy.batch import add_batch
+
+            return await add_batch(
+                self, arguments, caller=who, front_door=front_door, client=client, layers=layers
+            )
         args_in = dict(arguments or {})
         spec = TOOLS.get(name)
         async with recorded_call(

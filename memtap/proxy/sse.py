@@ -24,13 +24,27 @@ def complete_prefix(data: bytes) -> int:
 
 def _payloads(data: bytes) -> list[str]:
     """The data field of each event in ``data`` (whole events)."""
-    text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    text = data.decode("utf-8", "replace")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     out = []
     for block in text.split("\n\n"):
+        if "\n" not in block:  # the usual event: one data line (no list of lines to build)
+            if block.startswith("data:"):
+                out.append(block[5:].removeprefix(" "))
+            continue
         lines = [line[5:].removeprefix(" ") for line in block.split("\n") if line.startswith("data:")]
         if lines:
             out.append("\n".join(lines))
     return out
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _parse(payload: str) -> Any:
+    """``json.loads`` of a str without its wrappers (the same result, the same errors)."""
+    return _DECODER.decode(payload)
 
 
 @dataclass
@@ -106,7 +120,7 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
     buffer = b""
     pending: list[tuple[float, str]] = []
     for at, chunk in chunks:
-        buffer += chunk
+        buffer = buffer + chunk if buffer else chunk
         cut = complete_prefix(buffer)
         if cut:
             pending.extend((at, payload) for payload in _payloads(buffer[:cut]))
@@ -118,7 +132,7 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
             summary.done = True
             continue
         try:
-            parsed = json.loads(payload)
+            parsed = _parse(payload)
         except ValueError:
             continue
         if not isinstance(parsed, dict):

@@ -10,14 +10,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from memtap.auth.resolve import ARGUMENT_FIELDS
 from memtap.errors import InvalidArguments
-from memtap.limits import MAX_ITEMS, MAX_OFFSET, MAX_TURN, bound_schema
+from memtap.limits import MAX_BATCH_ITEMS, MAX_ITEMS, MAX_OFFSET, MAX_TURN, bound_schema
 from memtap.trace.models import Op, Role, Visibility
 
 __all__ = [
+    "BATCH_TOOL",
     "CONTEXT_FIELDS",
+    "ITEM_META_FIELDS",
     "TOOLS",
     "AccessArg",
     "AddArgs",
+    "AddBatchArgs",
+    "BatchItem",
     "ContextArgs",
     "DeleteArgs",
     "GetArgs",
@@ -90,6 +94,46 @@ class AddArgs(ContextArgs):
     _objects = field_validator("metadata", "access", mode="before")(_object_from_json_text)
 
 
+class ItemMeta(BaseModel):
+    """This item's own context, weighed as a memory_add request's _meta.memtap."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str | None = Field(None, description="Whose memory")
+    session: str | None = Field(None, description="Conversation session id")
+    turn: str | Annotated[int, Field(ge=0, le=MAX_TURN)] | None = Field(None, description="Turn id")
+    role: Role | None = Field(None, description="Who said what is remembered")
+    requester: str | None = Field(None, description="On whose behalf a retrieval will be shown")
+    run: str | None = Field(None, description="Experiment or replay run id")
+    episode: str | None = Field(None, description="Episode id within a run")
+    agent_id: str | None = Field(None, description="The agent acting")
+    trace_id: str | None = Field(None, description="An outside trace id to link")
+
+
+ITEM_META_FIELDS = frozenset(ItemMeta.model_fields)
+
+
+class BatchItem(AddArgs):
+    """One memory: memory_add's arguments, and its own context in meta."""
+
+    meta: ItemMeta | None = Field(
+        None,
+        description="This item's context (session, turn, role, ...), weighed as a memory_add request's "
+        "_meta.memtap: over the call's _meta and headers, never against what the operator pinned",
+    )
+
+
+class AddBatchArgs(ContextArgs):
+    """Several memories to add in order, each served and recorded as one memory_add call."""
+
+    items: list[BatchItem] = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_BATCH_ITEMS,
+        description="The memories, in order; each is served and recorded exactly as one memory_add call",
+    )
+
+
 class SearchArgs(ContextArgs):
     query: str = Field(..., description="What to look for (BM25 over memory content)")
     limit: int = Field(10, ge=1, le=100, description="How many results at most")
@@ -149,13 +193,10 @@ class ToolSpec:
         schema = bound_schema(self.args.model_json_schema())
         if context_args:
             return schema
-        properties = {k: v for k, v in schema["properties"].items() if k not in CONTEXT_FIELDS}
-        schema = {**schema, "properties": properties}
-        if "required" in schema:
-            schema["required"] = [k for k in schema["required"] if k in properties]
-        defs = schema.pop("$defs", {})
+        schema = _without_context(schema)
+        defs = {k: _without_context(v) if k == "BatchItem" else v for k, v in schema.pop("$defs", {}).items()}
         used: dict[str, Any] = {}
-        text = json.dumps(properties)
+        text = json.dumps(schema["properties"])
         while True:  # keep the definitions still referenced, and those they reference
             more = {k: v for k, v in defs.items() if k not in used and f'"#/$defs/{k}"' in text}
             if not more:
@@ -167,6 +208,16 @@ class ToolSpec:
         return schema
 
 
+def _without_context(schema: dict[str, Any]) -> dict[str, Any]:
+    properties = {k: v for k, v in schema["properties"].items() if k not in CONTEXT_FIELDS}
+    schema = {**schema, "properties": properties}
+    if "required" in schema:
+        schema["required"] = [k for k in schema["required"] if k in properties]
+    return schema
+
+
+BATCH_TOOL = "memory_add_batch"
+
 TOOLS: dict[str, ToolSpec] = {
     spec.name: spec
     for spec in (
@@ -175,6 +226,18 @@ TOOLS: dict[str, ToolSpec] = {
             "Add a memory",
             "Store a new memory item in the namespace, with provenance and access tags.",
             AddArgs,
+            Op.WRITE,
+            read_only=False,
+            destructive=False,
+            idempotent=False,
+        ),
+        ToolSpec(
+            BATCH_TOOL,
+            "Add memories",
+            "Store several new memory items in one call, in order. Each item is served and recorded exactly "
+            "as one memory_add call would be (its own event, context, grants and caps); an item that fails "
+            "does not stop the others, and the answer names every failed item by its index.",
+            AddBatchArgs,
             Op.WRITE,
             read_only=False,
             destructive=False,

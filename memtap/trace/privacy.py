@@ -70,6 +70,7 @@ _CHAT_BODY_KEYS = frozenset(
 _MEMORY_TOOLS = frozenset(
     {
         "memory_add",
+        "memory_add_batch",
         "memory_search",
         "memory_get",
         "memory_list",

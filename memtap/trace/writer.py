@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memtap.errors import StoreError
+from memtap.trace.after import AnsweredFirst
 from memtap.trace.models import TraceEvent
 from memtap.trace.privacy import TracePrivacy
 from memtap.trace.store import TraceStore
@@ -89,16 +90,24 @@ class Recorder:
         batch_size: int = 1000,
         retry_for_s: float = 30.0,
         linger_s: float = 0.005,
+        max_linger_s: float = 0.05,
     ) -> None:
         self.path = Path(path)
         self.real_path = self.path.resolve()  # what a backend writing the same file compares
         self.durable = durable
         self.batch_size = batch_size
         self.retry_for_s = retry_for_s
-        # After writing a batch, let the next one gather this long (never in durable mode):
-        # one wake-up and one commit for many events instead of one per event, which keeps the
-        # writer thread from taking the GIL from the event loop after every call.
+        # After writing a batch, let the next one gather a while (never in durable mode): one
+        # wake-up and one commit for many events instead of one per event, which keeps the
+        # writer thread from taking the GIL from the event loop after every call. Adaptive:
+        # the linger starts at linger_s, doubles (up to max_linger_s) while batches hold more
+        # than one event, and halves back while they hold one. An event that finds the writer
+        # idle is written at once; a busy one waits at most max_linger_s plus the writes of
+        # the batch before it and its own. flush() and close() cut a linger short.
         self.linger_s = 0.0 if durable else linger_s
+        self.max_linger_s = 0.0 if durable else max(linger_s, max_linger_s)
+        self._linger = self.linger_s  # the current one (writer thread only)
+        self._wake = threading.Event()  # set by flush() and close(): stop lingering
         self.stats = RecorderStats()
         # Applied to every event before it is recorded (recorded_call): content policy, secrets.
         self.privacy = TracePrivacy()
@@ -108,6 +117,8 @@ class Recorder:
         self._closing = threading.Event()
         self._give_up_at = float("inf")  # set by close(): retrying stops here
         self._idle = threading.Condition()
+        # Calls answered before they were recorded (outside durable mode): flush() waits for them.
+        self.answered_first = AnsweredFirst(self._idle)
         # Called on the writer thread with each committed batch (live findings): a callback
         # must only hand the events on, never block; one that raises is logged and skipped.
         self.after_commit: list[Callable[[list[TraceEvent]], None]] = []
@@ -188,10 +199,13 @@ class Recorder:
                 raise
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every event submitted so far is written (or spilled)."""
+        """Wait until every event submitted so far is written (or spilled), the events of calls
+        answered before they were recorded included (call it from another thread than their loop's)."""
         deadline = time.monotonic() + timeout
+        self._wake.set()
         with self._idle:
-            while self.stats.written + self.stats.spilled < self.stats.submitted:
+            stats = self.stats
+            while self.answered_first.pending or stats.written + stats.spilled < stats.submitted:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -209,6 +223,7 @@ class Recorder:
             return
         self._give_up_at = time.monotonic() + max(0.0, timeout - 1.0)
         self._closing.set()
+        self._wake.set()
         self._queue.put(_STOP)
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -221,6 +236,11 @@ class Recorder:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+    @property
+    def linger_now_s(self) -> float:
+        """The linger the writer uses now (between linger_s and max_linger_s)."""
+        return self._linger
 
     def stats_dict(self) -> dict[str, object]:
         return self.stats.as_dict(self._queue.qsize())
@@ -252,7 +272,23 @@ class Recorder:
                     log.exception("recorder: unexpected failure writing a batch")
                     self._settle(batch, StoreError(f"recorder failure: {type(exc).__name__}: {exc}"))
             if self.linger_s and not stopping:
-                self._closing.wait(self.linger_s)
+                self._gather(len(batch))
+
+    def _gather(self, written: int) -> None:
+        """After a batch of ``written`` events: adapt the linger and let the next batch gather.
+
+        A full batch means a backlog: no wait. More than one event means calls came while the
+        last batch gathered: linger longer (up to max_linger_s). One event: halve back to
+        linger_s. An idle writer blocks in the queue's get and writes the next event at once.
+        """
+        if written >= self.batch_size:
+            return
+        if written > 1:
+            self._linger = min(self.max_linger_s, self._linger * 2)
+        else:
+            self._linger = max(self.linger_s, self._linger / 2)
+        self._wake.wait(self._linger)
+        self._wake.clear()  # a flush() that came during the wait is served by the next drain
 
     def _write(self, batch: list[_Entry]) -> None:
         events = [event for event, _ in batch]

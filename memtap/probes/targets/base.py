@@ -26,6 +26,7 @@ from memtap.probes.errors import SuiteError
 
 __all__ = [
     "Actor",
+    "BatchIngest",
     "CanaryActions",
     "EpisodeScope",
     "Outcome",
@@ -36,11 +37,20 @@ __all__ = [
     "Target",
     "TargetError",
     "TurnCall",
+    "TurnFailed",
 ]
 
 
 class TargetError(SuiteError):
     """A target refused or failed a call the replay made."""
+
+
+class TurnFailed(TargetError):
+    """One turn of a batch failed: ``index`` is its position in the turns the target was given."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,16 @@ class Target(Protocol):
     async def close_episode(self, scope: EpisodeScope) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class BatchIngest(Protocol):
+    """A target whose turns need no per-turn reaction (no replay-clock mark, no reply to wait for):
+    the driver may hand it the turns of the sessions up to the next probe at once, instead of
+    :meth:`Target.mark` and :meth:`Target.ingest_turn` per turn. The trace must be the one per-turn
+    ingestion leaves; a failed turn is raised as :class:`TurnFailed` with its position."""
+
+    async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None: ...
 
 
 # -- acting as one user of many (the isolation canary) ----------------------------------------------

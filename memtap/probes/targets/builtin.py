@@ -1,11 +1,22 @@
-"""``builtin``: memtap's own MCP front door over the embedded backend, over streamable HTTP.
+"""``builtin``: memtap's own MCP front door over the embedded backend.
 
-The replay starts a ``memtap serve`` of its own on the run's database (or uses one given by
-``--server URL``, which must write to the same database) and plays every episode through the
-official MCP client, one connection per episode, exactly as an agent would:
+Two transports:
+
+- **stdio** (the default, without ``--server``): the replay starts ``memtap serve --stdio`` on
+  the run's database as a child and speaks JSON-RPC to it with memtap's lean client
+  (:mod:`memtap.probes.targets._stdio`), one connection for every episode; ``run``, ``episode``
+  and ``namespace`` travel in each request's ``_meta``;
+- **streamable HTTP**: with ``--server URL`` (a running ``memtap serve``, which must write to the
+  same database), and for canary episodes, whose users need keys of their own: the official MCP
+  client, one connection per episode, ``run``, ``episode`` and ``namespace`` in ``X-Memtap-*``
+  headers.
+
+Both are memtap's real front door, and leave the same events (their ``front_door`` says which):
 
 - a turn is one ``memory_add`` of its content, with ``session``, ``turn`` and ``role`` in the
-  request's ``_meta`` and ``run``, ``episode`` and ``namespace`` in ``X-Memtap-*`` headers;
+  request's ``_meta``; by default the driver hands a session's turns over at once
+  (:class:`~memtap.probes.targets.base.BatchIngest`) and they go as one ``memory_add_batch``,
+  which records one ``memory_add`` event per turn, the same as the calls one by one;
   the speaker, the turn's time and the session's phase go in the memory's metadata, and the
   session's access (visibility, participants, allow, deny, sensitivity) becomes its access
   tags, with the suite's namespace owner always allowed. Turns with empty content are not
@@ -35,8 +46,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from memtap.limits import MAX_BATCH_ITEMS
 from memtap.probes.ab_replay import WriteOutcome
 from memtap.probes.targets._server import MemtapServer, health
+from memtap.probes.targets._stdio import StdioServe, error_text
 from memtap.probes.targets.base import (
     Actor,
     EpisodeScope,
@@ -47,6 +60,7 @@ from memtap.probes.targets.base import (
     Retrieved,
     TargetError,
     TurnCall,
+    TurnFailed,
 )
 
 __all__ = ["BuiltinTarget"]
@@ -67,9 +81,14 @@ class BuiltinTarget:
         url: str | None = None,
         serve_args: tuple[str, ...] = (),
         gate: str | None = None,
+        transport: str = "auto",
     ) -> None:
+        """``transport``: ``auto`` (stdio unless ``url`` is given or users need keys), ``stdio``
+        or ``http``."""
         self.db = db
         self.url = url
+        self.transport = transport
+        self.stdio: StdioServe | None = None
         self.serve_args = (*serve_args, *(("--gate", gate) if gate else ()))
         self.gate = gate
         self.server: MemtapServer | None = None
@@ -91,6 +110,16 @@ class BuiltinTarget:
     async def start(self) -> None:
         import anyio
 
+        # Canary episodes act as several users, each with a key of its own: only HTTP carries keys.
+        stdio = self.transport == "stdio" or (self.transport == "auto" and not self._principals)
+        if self.url is None and stdio:
+            if self._principals:
+                raise TargetError(
+                    "canary episodes act as users with keys of their own; stdio carries no keys"
+                )
+            self.stdio = StdioServe(self.db, extra=self.serve_args)
+            await self.stdio.start()
+            return
         if self.url is None:
             env = (
                 {"MEMTAP_API_KEYS": ",".join(f"{k}={p}" for p, k in self._keys.items())}
@@ -116,12 +145,15 @@ class BuiltinTarget:
         return {
             "target": "builtin",
             "url": self.url,
-            "started_server": self.server is not None,
+            "transport": "stdio" if self.stdio is not None else "http",
+            "started_server": self.server is not None or self.stdio is not None,
             "gate": self.gate,
             "principals": "one key per user" if self._keys else ("by header" if self._principals else None),
         }
 
     async def open_episode(self, scope: EpisodeScope) -> None:
+        if self.stdio is not None:  # one connection for every episode; the scope travels in _meta
+            return
         assert self.url is not None, "start() first"
         headers = {
             "X-Memtap-Run": scope.run,
@@ -154,12 +186,27 @@ class BuiltinTarget:
     async def mark(self, scope: EpisodeScope, turn: TurnCall) -> None:
         """Nothing to do: every call this target makes carries its own turn."""
 
-    async def _call(self, scope: EpisodeScope, tool: str, args: dict[str, Any], meta: dict[str, Any]) -> Any:
+    async def _call(
+        self, scope: EpisodeScope, tool: str, args: dict[str, Any], meta: dict[str, Any]
+    ) -> tuple[bool, str, dict[str, Any]]:
+        """(failed, error text, structured content) of one tool call in ``scope``."""
+        if self.stdio is not None:
+            scoped = {"run": scope.run, "episode": scope.episode, "namespace": scope.namespace, **meta}
+            answer = await self.stdio.call(tool, args, scoped)
+            failed = bool(answer.get("isError"))
+            return failed, error_text(answer) if failed else "", answer.get("structuredContent") or {}
         _, client = self._episodes[scope.namespace]
         result = await client.call_tool(tool, args, meta=cast(Any, {"memtap": meta}))
-        if result.is_error:
-            raise TargetError(f"{tool} failed: {_error_text(result)}")
-        return result.structured_content or {}
+        text = _error_text(result) if result.is_error else ""
+        return bool(result.is_error), text, result.structured_content or {}
+
+    async def _checked(
+        self, scope: EpisodeScope, tool: str, args: dict[str, Any], meta: dict[str, Any]
+    ) -> Any:
+        failed, text, found = await self._call(scope, tool, args, meta)
+        if failed:
+            raise TargetError(f"{tool} failed: {text}")
+        return found
 
     @staticmethod
     def _add_args(turn: TurnCall) -> dict[str, Any]:
@@ -174,21 +221,42 @@ class BuiltinTarget:
         if not turn.content.strip():
             return
         meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
-        await self._call(scope, "memory_add", self._add_args(turn), meta)
+        await self._checked(scope, "memory_add", self._add_args(turn), meta)
+
+    async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
+        """The turns as ``memory_add_batch`` calls (one ``memory_add`` event per turn); the first
+        failed turn fails the episode, named as its ``memory_add``."""
+        sent = [(position, t) for position, t in enumerate(turns) if t.content.strip()]
+        for chunk in _chunks(sent):
+            items = [
+                {**self._add_args(t), "meta": {"session": t.session, "turn": t.turn, "role": t.role}}
+                for _, t in chunk
+            ]
+            failed, text, found = await self._call(scope, "memory_add_batch", {"items": items}, {})
+            if not failed:
+                continue
+            bad = next((i for i in found.get("items", []) if "error" in i), None)
+            if bad is None:
+                raise TurnFailed(f"memory_add_batch failed: {text}", chunk[0][0])
+            position, turn = chunk[int(bad["index"])]
+            raise TurnFailed(
+                f"memory_add failed: session {turn.session} turn {turn.turn} (item {bad['index']} of a "
+                f"memory_add_batch of {len(chunk)}): {bad['error']}",
+                position,
+            )
 
     # -- recorded traffic (A/B replay, memtap.probes.ab_replay) ------------------------------------
 
     async def _recorded(
         self, scope: EpisodeScope, turn: TurnCall, tool: str, args: dict[str, Any]
     ) -> tuple[WriteOutcome, dict[str, Any]]:
-        _, client = self._episodes[scope.namespace]
         meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
         started = time.perf_counter()
-        result = await client.call_tool(tool, args, meta=cast(Any, {"memtap": meta}))
+        failed, text, found = await self._call(scope, tool, args, meta)  # stdio or HTTP
         ms = (time.perf_counter() - started) * 1000
-        if result.is_error:
-            return WriteOutcome(False, ms=ms, error=f"{tool} refused: {_error_text(result)}"), {}
-        return WriteOutcome(True, ms=ms), result.structured_content or {}
+        if failed:
+            return WriteOutcome(False, ms=ms, error=f"{tool} refused: {text}"), {}
+        return WriteOutcome(True, ms=ms), found
 
     async def write_recorded(self, scope: EpisodeScope, turn: TurnCall) -> WriteOutcome:
         """A recorded write: ``memory_add``; the items it created (mem0: one per stored fact)."""
@@ -212,7 +280,9 @@ class BuiltinTarget:
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
         started = time.perf_counter()
         args = {"query": probe.question, "limit": limit, "requester": probe.requester}
-        found = await self._call(scope, "memory_search", args, {"session": "probes", "turn": probe.probe_id})
+        found = await self._checked(
+            scope, "memory_search", args, {"session": "probes", "turn": probe.probe_id}
+        )
         elapsed = (time.perf_counter() - started) * 1000
         return ProbeResult(_retrieved(found.get("results", [])), elapsed)
 
@@ -288,10 +358,32 @@ class BuiltinTarget:
             await entry[0].aclose()
 
     async def aclose(self) -> None:
+        if self.stdio is not None:
+            await self.stdio.aclose()
         if self.server is not None:
             import anyio
 
             await anyio.to_thread.run_sync(self.server.stop)
+
+
+BATCH_BYTES = 1 << 20
+"""About how much turn content one memory_add_batch carries: well under the MCP body cap over HTTP
+(4 MiB by default, docs/limits.md)."""
+
+
+def _chunks(sent: list[tuple[int, TurnCall]]) -> list[list[tuple[int, TurnCall]]]:
+    """``sent`` in runs of at most MAX_BATCH_ITEMS turns and about BATCH_BYTES of content (one turn
+    larger than that goes alone; the server's content cap judges it)."""
+    chunks: list[list[tuple[int, TurnCall]]] = []
+    size = 0
+    for entry in sent:
+        cost = len(entry[1].content.encode("utf-8", "surrogatepass")) + 512  # and its metadata and tags
+        if not chunks or len(chunks[-1]) >= MAX_BATCH_ITEMS or size + cost > BATCH_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(entry)
+        size += cost
+    return chunks
 
 
 def _retrieved(found: list[dict[str, Any]]) -> list[Retrieved]:

@@ -1,0 +1,104 @@
+"""The forwarding proxy answers a call first and records it after (outside durable mode), and
+the trace holds the same events and effects as when it recorded first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from conftest import http_client
+from findings_helpers import serve_proxy
+from served import ServedMemtap
+
+from memtap.adapters.memory_server import entity_id, observation_id
+from memtap.config import ConfigFile
+from memtap.trace.models import EffectKind, Op, TraceEvent
+from memtap.trace.store import TraceStore
+
+pytestmark = pytest.mark.anyio
+
+ALICE = {"entities": [{"name": "alice", "entityType": "person", "observations": ["likes tea"]}]}
+
+
+def _events(db: Path) -> list[TraceEvent]:
+    """The events in the file now (no flush, no waiting)."""
+    store = TraceStore(db)
+    try:
+        return store.list_events()
+    finally:
+        store.close()
+
+
+def _add(i: int) -> dict[str, Any]:
+    return {"observations": [{"entityName": "alice", "contents": [f"fact {i}"]}]}
+
+
+def _own_effect(event: TraceEvent) -> tuple[EffectKind, str | None, str | None]:
+    (effect,) = event.effects
+    return effect.kind, effect.item_id, effect.content_after
+
+
+async def test_concurrent_writes_answered_first_each_record_exactly_their_own_effect(
+    tmp_path: Path, memory_server: dict[str, Any]
+) -> None:
+    served = serve_proxy(tmp_path / "trace.db", {"memory": memory_server})
+    try:
+        async with http_client(served.mcp_url) as client:
+            assert not (await client.call_tool("create_entities", ALICE)).is_error
+            async with anyio.create_task_group() as tg:
+                for i in range(16):
+                    tg.start_soon(client.call_tool, "add_observations", _add(i))
+        served.settle()  # waits for calls answered before they were recorded, too
+        events = _events(served.db)
+    finally:
+        served.stop()
+    assert [e.tool for e in events].count("add_observations") == 16
+    created = next(e for e in events if e.tool == "create_entities")
+    assert [(f.kind, f.item_id) for f in created.effects] == [
+        (EffectKind.ADD, entity_id("alice")),
+        (EffectKind.ADD, observation_id("alice", "likes tea")),
+    ]
+    # The write lock is held until each write's state is read again: no event holds another's change.
+    added = sorted(_own_effect(e) for e in events if e.tool == "add_observations")
+    assert added == sorted(
+        (EffectKind.ADD, observation_id("alice", f"fact {i}"), f"fact {i}") for i in range(16)
+    )
+    assert {e.op for e in events if e.tool == "add_observations"} == {Op.WRITE}
+    assert all(e.status == "ok" and e.total_ms is not None for e in events)
+
+
+async def test_calls_answered_before_they_were_recorded_are_recorded_when_the_proxy_stops(
+    tmp_path: Path, memory_server: dict[str, Any]
+) -> None:
+    served = serve_proxy(tmp_path / "trace.db", {"memory": memory_server})
+    try:
+        async with http_client(served.mcp_url) as client:
+            await client.call_tool("create_entities", ALICE)
+            for i in range(5):
+                await client.call_tool("add_observations", _add(i))
+    finally:
+        served.stop()  # no flush first: stopping waits for the answered calls' events
+    events = _events(served.db)
+    assert [e.tool for e in events].count("add_observations") == 5
+    assert sorted(_own_effect(e)[2] or "" for e in events if e.tool == "add_observations") == [
+        f"fact {i}" for i in range(5)
+    ]
+
+
+async def test_a_durable_proxy_records_a_write_with_its_effects_before_answering(
+    tmp_path: Path, memory_server: dict[str, Any]
+) -> None:
+    config = {"mcpServers": {"memory": memory_server}}
+    upstreams = ConfigFile.model_validate(config).enabled_servers()
+    served = ServedMemtap(tmp_path / "trace.db", config, upstreams=upstreams, durable=True).start()
+    try:
+        async with http_client(served.mcp_url) as client:
+            await client.call_tool("create_entities", ALICE)
+            await client.call_tool("add_observations", _add(0))
+            events = _events(served.db)  # committed before the answers came: no flush
+    finally:
+        served.stop()
+    assert [e.tool for e in events] == ["create_entities", "add_observations"]
+    assert _own_effect(events[1]) == (EffectKind.ADD, observation_id("alice", "fact 0"), "fact 0")
