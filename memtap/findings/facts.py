@@ -237,7 +237,7 @@ def facts(text: str) -> frozenset[str]:
     found: set[str] = set()
     for match in _DATE.finditer(text):
         found.add(normalise(match.group(0)))
-    undated = _DATE.sub(" ", text)
+    undated = _DATE.sub(" ", text) if found else text  # no date: nothing to blank out
     for match in _NUMBER.finditer(undated):
         found.add(match.group(0).rstrip(".,:").casefold())
     for match in _QUOTED.finditer(text):

@@ -68,12 +68,7 @@ def surviving(
     for text in written_texts(event):
         if fact in facts(text) or padded in f" {normalise(text)} ":
             return True
-    for item in state.live_items(namespace):
-        if (item.backend, item.item_id) in skip:
-            continue
-        if fact in item.facts or padded in item.normalised:
-            return True
-    return False
+    return state.live_item_states(namespace, fact, skip)
 
 
 def requested_removals(event: TraceEvent) -> set[str]:
@@ -345,6 +340,8 @@ class Duplicate:
             if not mine:
                 continue
             # Jaccard >= 0.9 needs word sets within 10% of each other's size: only those are compared.
+            if not state.has_near_duplicate(namespace, mine, skip):
+                continue  # no live item passes the test below: the scan would find nothing
             low, high = len(mine) * 0.9, len(mine) / 0.9
             for n, item in enumerate(state.similar_size(namespace, low, high)):
                 if n >= _DUPLICATE_SCAN_LIMIT:

@@ -1,28 +1,32 @@
-"""Live findings: the detectors run on a thread of their own, fed each batch the recorder commits.
+"""Live findings: the detectors run in a process of their own, woken after each recorder commit.
 
-Nothing here is on the request path. The recorder's writer thread only puts the committed batch
-on a bounded queue (``submit`` never blocks: a full queue is counted and the batch left to
-``memtap check``). The detector thread runs the engine, stores new findings, and exports them
-to OpenTelemetry. Notifications (a command, a webhook) run on a third thread with a bounded
-timeout; a failure is logged, counted and recorded as a ``control`` event of the trace.
+Nothing here is on the request path, nor on the recorder's interpreter. The recorder's writer
+thread only bumps a counter (a "poke"); a small thread writes the latest poke to the detector
+process (``memtap.findings.worker``), which reads the newly committed events from the database,
+runs the engine, stores new findings and sends them back. Here they are exported to
+OpenTelemetry (on the span of their call, which lives in this process) and notified: a command
+or webhook runs on a thread of its own with a bounded timeout; a failure is logged, counted and
+recorded as a ``control`` event of the trace.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import IO, Any
 
-from memtap.findings.engine import Engine, make_detectors
 from memtap.findings.model import Finding, Severity
 from memtap.findings.otel import export_finding
+from memtap.findings.reader import tail_start
 from memtap.findings.settings import FindingsSettings
-from memtap.findings.storage import save_findings
 from memtap.ids import new_id
 from memtap.trace.models import Context, Op, TraceEvent, utc_now
 from memtap.trace.store import TraceStore
@@ -33,6 +37,15 @@ __all__ = ["LiveFindings"]
 log = logging.getLogger("memtap.findings")
 
 _STOP = object()
+# How often the poke thread looks for new commits. Woken by every commit instead, it took the
+# interpreter lock from the recorder's threads hundreds of times a second (measured: the recorder
+# at 0.74x its rate with a detector process that did no work at all).
+_POKE_EVERY_S = 0.05
+
+
+def finding_from_dict(data: dict[str, Any]) -> Finding:
+    """A finding as :meth:`Finding.as_dict` wrote it."""
+    return Finding(**{**data, "severity": Severity.parse(data["severity"])})
 
 
 class LiveFindings:
@@ -42,20 +55,42 @@ class LiveFindings:
         self.db = Path(db)
         self.settings = settings
         self.recorder = recorder
-        self.engine = Engine(make_detectors(settings.canary_list()))
-        self.skipped_batches = 0
+        self.skipped_batches = 0  # kept for /healthz: the worker reads the database, nothing is skipped
         self.notify_failures = 0
         self.stored = 0
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=1000)
+        self.worker_error: str | None = None
+        self._stats: dict[str, Any] = {"events": 0, "findings": 0, "by_kind": {}, "detector_errors": 0}
         self._notify: queue.Queue[object] = queue.Queue(maxsize=1000)
         self._threads: list[threading.Thread] = []
         self._idle = threading.Condition()
-        self._pending = 0
+        self._poked = 0  # pokes made (one per commit handed over)
+        self._sent = 0  # the last poke written to the worker
+        self._acked = 0  # the last poke the worker answered
+        self._closing = False
+        self._urgent = False
+        self._worker: subprocess.Popen[str] | None = None
         self._min_notify = Severity.parse(settings.notify_severity)
 
     def start(self) -> LiveFindings:
+        store = TraceStore(self.db)
+        try:
+            after = tail_start(store.db.conn)  # a serving process judges what it records from now on
+        finally:
+            store.close()
+        self._worker = subprocess.Popen(
+            [sys.executable, "-m", "memtap.findings.worker", str(self.db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        assert self._worker.stdin is not None
+        canaries = [[c.value, sorted(c.owners), c.configured] for c in self.settings.canary_list()]
+        self._worker.stdin.write(json.dumps({"after": after, "canaries": canaries}) + "\n")
+        self._worker.stdin.flush()
         self._threads = [
-            threading.Thread(target=self._run, name="memtap-findings", daemon=True),
+            threading.Thread(target=self._run_pokes, name="memtap-findings-poke", daemon=True),
+            threading.Thread(target=self._run_answers, name="memtap-findings", daemon=True),
             threading.Thread(target=self._run_notify, name="memtap-findings-notify", daemon=True),
         ]
         for thread in self._threads:
@@ -65,24 +100,21 @@ class LiveFindings:
         return self
 
     def submit(self, events: list[TraceEvent]) -> None:
-        """Called by the recorder after a commit: hand the batch over, never wait."""
+        """Called by the recorder after a commit: poke the worker, never wait. The worker reads
+        the committed events from the database itself."""
         with self._idle:
-            self._pending += 1
-        try:
-            self._queue.put_nowait(events)
-        except queue.Full:
-            self.skipped_batches += 1
-            with self._idle:
-                self._pending -= 1
-                self._idle.notify_all()
+            self._poked += 1  # no wake-up: waking a thread per commit took the GIL from the recorder
 
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Wait until every batch handed over so far has been examined (tests, shutdown)."""
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until every event committed before this call has been examined (tests, shutdown)."""
         deadline = time.monotonic() + timeout
         with self._idle:
-            while self._pending:
+            target = self._poked
+            self._urgent = True  # poke now, not at the next look
+            self._idle.notify_all()
+            while self._acked < target:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self.worker_error is not None:
                     return False
                 self._idle.wait(left)
         return True
@@ -92,57 +124,104 @@ class LiveFindings:
             self.recorder.after_commit.remove(self.submit)
         if not self._threads:
             return
-        self._queue.put(_STOP)
+        self.wait_idle(timeout)  # what was committed before closing is examined
+        with self._idle:
+            self._closing = True
+            self._idle.notify_all()
         self._threads[0].join(timeout)
+        worker = self._worker
+        if worker is not None:
+            try:
+                worker.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.error("live findings: the detector process did not end; killing it")
+                worker.kill()
+                worker.wait()
+        self._threads[1].join(timeout)
         self._notify.put(_STOP)
-        self._threads[1].join(self.settings.notify_timeout_s + 1)
+        self._threads[2].join(self.settings.notify_timeout_s + 1)
         self._threads = []
 
     def stats_dict(self) -> dict[str, object]:
-        stats = self.engine.stats
+        with self._idle:
+            stats = dict(self._stats)
+            lag = self._poked - self._acked
         return {
-            "events": stats.events,
-            "findings": stats.findings,
+            "events": stats.get("events", 0),
+            "findings": stats.get("findings", 0),
             "stored": self.stored,
-            "by_kind": dict(stats.by_kind),
-            "detector_errors": stats.detector_errors,
+            "by_kind": dict(stats.get("by_kind", {})),
+            "detector_errors": stats.get("detector_errors", 0),
             "skipped_batches": self.skipped_batches,
             "notify_failures": self.notify_failures,
+            "pending_commits": lag,
+            **({"worker_error": self.worker_error} if self.worker_error else {}),
         }
 
-    # -- the detector thread ---------------------------------------------------------
+    # -- talking to the detector process -------------------------------------------------
 
-    def _run(self) -> None:
-        store: TraceStore | None = None
+    def _run_pokes(self) -> None:
+        """Every ``_POKE_EVERY_S`` (at once when someone waits), write the latest poke to the
+        worker if there is a newer one (many commits, one line); end its input when closing."""
+        worker = self._worker
+        assert worker is not None and worker.stdin is not None
+        pipe: IO[str] = worker.stdin
         try:
-            store = TraceStore(self.db, check_same_thread=False)
-        except Exception:
-            log.exception("live findings: the trace database could not be opened; detection is off")
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                break
-            try:
-                found = self.engine.feed(item)  # type: ignore[arg-type]
-                fresh = save_findings(store.db, found) if (store is not None and found) else []
-                self.stored += len(fresh)
-                for finding in fresh:
-                    export_finding(finding)
-                    if (
-                        self.settings.command or self.settings.webhook
-                    ) and finding.severity >= self._min_notify:
-                        try:
-                            self._notify.put_nowait(finding)
-                        except queue.Full:
-                            self.notify_failures += 1
-            except Exception:
-                log.exception("live findings: a batch could not be examined")
-            finally:
+            while True:
                 with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
-        if store is not None:
-            store.close()
+                    if not self._urgent and not self._closing:
+                        self._idle.wait(_POKE_EVERY_S)
+                    self._urgent = False
+                    if self._poked == self._sent:
+                        if self._closing:
+                            break  # nothing more to send
+                        continue
+                    seq = self._sent = self._poked
+                pipe.write(f"{seq}\n")
+                pipe.flush()
+        except (OSError, ValueError) as exc:
+            self._worker_failed(f"the detector process stopped reading: {exc}")
+        finally:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+    def _run_answers(self) -> None:
+        """Read the worker's answers: export and notify the new findings, then count the poke
+        answered (so ``wait_idle`` returns once the findings are on their spans)."""
+        worker = self._worker
+        assert worker is not None and worker.stdout is not None
+        for line in worker.stdout:
+            try:
+                answer = json.loads(line)
+                for data in answer["findings"]:
+                    self._publish(finding_from_dict(data))
+            except Exception:
+                log.exception("live findings: an answer of the detector process could not be read")
+                continue
+            if answer.get("error"):
+                log.warning("live findings: %s", answer["error"])
+            with self._idle:
+                self._stats = answer["stats"]
+                self.stored = int(answer["stats"].get("stored", self.stored))
+                self._acked = max(self._acked, int(answer["ack"]))
+                self._idle.notify_all()
+        code = worker.wait()
+        if not self._closing or code != 0:
+            self._worker_failed(f"the detector process ended (exit code {code})")
+
+    def _worker_failed(self, message: str) -> None:
+        log.error("live findings: %s; live detection is off, memtap check finds the rest", message)
+        with self._idle:
+            self.worker_error = message
+            self._idle.notify_all()
+
+    def _publish(self, finding: Finding) -> None:
+        export_finding(finding)
+        if (self.settings.command or self.settings.webhook) and finding.severity >= self._min_notify:
+            try:
+                self._notify.put_nowait(finding)
+            except queue.Full:
+                self.notify_failures += 1
 
     # -- notifications -----------------------------------------------------------------
 

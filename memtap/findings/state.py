@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from memtap.findings.facts import facts, normalise
+from memtap.findings.index import NamespaceIndex, compared_sizes, jaccard_at_least_09
 from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Op, TraceEvent
 
 __all__ = ["LiveItem", "Removal", "TraceState", "effect_namespace", "last_user_text"]
@@ -64,6 +65,8 @@ class TraceState:
     live_facts: dict[str, Counter[str]] = field(default_factory=dict)
     # Live items by namespace and by the size of their word set: near-duplicate candidates.
     by_size: dict[str, dict[int, dict[tuple[str, str], LiveItem]]] = field(default_factory=dict)
+    # Live items by word and by near-duplicate signature (index.py): lookups instead of scans.
+    index: dict[str, NamespaceIndex] = field(default_factory=dict)
     turns: dict[tuple[str, str | None], deque[str]] = field(default_factory=dict)
     removals: dict[tuple[str, str, str | None, str | None], list[Removal]] = field(default_factory=dict)
     events_seen: int = 0
@@ -85,6 +88,44 @@ class TraceState:
             if fact in facts(text) or padded in f" {normalise(text)} ":
                 return True
         return any(padded in item.normalised for item in self.live_items(namespace))
+
+    def live_item_states(self, namespace: str, fact: str, skip: set[tuple[str, str]]) -> bool:
+        """Whether a live item of ``namespace`` not in ``skip`` states ``fact``: as one of its facts,
+        or inside its words (`` fact `` in its padded normalised text). The same answer as asking
+        every live item, from the fact counts and the word index."""
+        live = self.live.get(namespace)
+        if not live:
+            return False
+        count = self.live_facts[namespace].get(fact, 0)
+        if count > 0:
+            count -= sum(1 for key in skip if key in live and fact in live[key].facts)
+            if count > 0:
+                return True
+        padded = f" {fact} "
+        words = fact.split(" ")
+        if any(not w or w != w.strip() or len(w.split()) != 1 for w in words):
+            # Not single words joined by single spaces: ask every item, as the rule says.
+            return any(key not in skip and padded in item.normalised for key, item in live.items())
+        return any(
+            key not in skip and padded in live[key].normalised
+            for key in self.index[namespace].holding_words(words)
+        )
+
+    def has_near_duplicate(self, namespace: str, words: frozenset[str], skip: set[tuple[str, str]]) -> bool:
+        """Whether a live item of ``namespace`` not in ``skip``, of a compared size, has a word set
+        near-equal to ``words`` (the duplicate rule's own test, on the index's candidates only)."""
+        index = self.index.get(namespace)
+        if index is None:
+            return False
+        live = self.live[namespace]
+        sizes = compared_sizes(len(words))
+        for key in index.duplicate_candidates(words):
+            if key in skip:
+                continue
+            item = live[key]
+            if len(item.words) in sizes and jaccard_at_least_09(words, item.words):
+                return True
+        return False
 
     def user_turns(self, namespace: str, session: str | None) -> list[str]:
         return list(self.turns.get((namespace, session), ()))
@@ -135,6 +176,10 @@ class TraceState:
                 self.live.setdefault(namespace, {})[key] = item
                 self.live_facts.setdefault(namespace, Counter()).update(item.facts)
                 self.by_size.setdefault(namespace, {}).setdefault(len(item.words), {})[key] = item
+                index = self.index.get(namespace)
+                if index is None:
+                    index = self.index[namespace] = NamespaceIndex()
+                index.add(key, item.words)
         if (
             event.status == "ok"
             and event.op in (Op.WRITE, Op.UPDATE)
@@ -151,6 +196,9 @@ class TraceState:
         sized = self.by_size.get(item.namespace, {}).get(len(item.words))
         if sized is not None:
             sized.pop((item.backend, item.item_id), None)
+        index = self.index.get(item.namespace)
+        if index is not None:
+            index.remove((item.backend, item.item_id), item.words)
 
     def similar_size(self, namespace: str, low: float, high: float) -> Iterator[LiveItem]:
         """Live items of ``namespace`` whose word set has between ``low`` and ``high`` words."""

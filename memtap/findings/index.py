@@ -1,0 +1,114 @@
+"""Indexes over the live items of one namespace, so that the rules asking "does a live item still
+state this fact?" and "is a live item near-equal to this one?" stop comparing against every item.
+
+Both are filters that never change an answer: they find a superset of the items a full scan would
+accept, and those candidates are then checked with the rule's own test.
+
+* **Tokens.** A fact survives inside an item's words when `` fact `` is a substring of the item's
+  normalised text padded with spaces; its words are then all words of the item. Each word maps
+  to the live items holding it; the intersection of a fact's words' items are the candidates.
+* **Near-duplicate signatures.** Word sets A and B with Jaccard >= 0.9 (``19 s >= 9 (a + b)``,
+  s shared) differ in at most ``(a + b) // 19`` words. Split the words into ``k`` groups (by
+  hash) with ``k`` above that: by pigeonhole, A and B agree exactly on one group. Each item is
+  stored under (k, group, its words in the group) for every ``k`` a query of a size that
+  compares it could use; a query looks up its own ``k`` keys.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+
+__all__ = ["NamespaceIndex", "compared_sizes", "jaccard_at_least_09"]
+
+Key = tuple[str, str]  # (backend, item_id)
+
+
+def compared_sizes(size: int) -> range:
+    """The word-set sizes the duplicate rule compares a set of ``size`` words with (within 10%)."""
+    low, high = size * 0.9, size / 0.9
+    return range(max(0, int(low)), int(high) + 1)
+
+
+def jaccard_at_least_09(mine: frozenset[str], other: frozenset[str]) -> bool:
+    """The duplicate rule's test (Jaccard >= 0.9, without building the union)."""
+    shared = len(mine & other)
+    return shared >= 0.9 * (len(mine) + len(other) - shared)
+
+
+@lru_cache(maxsize=1024)
+def _groups_for_query(size: int) -> int:
+    """How many groups a query of ``size`` words splits them into: more than the most words a
+    near-duplicate of any compared size can differ in."""
+    return (size + compared_sizes(size)[-1]) // 19 + 1 if size else 1
+
+
+@lru_cache(maxsize=1024)
+def _groups_for_item(size: int) -> tuple[int, ...]:
+    """Every group count a query comparing an item of ``size`` words could use."""
+    ks = {_groups_for_query(a) for a in range(1, 2 * size + 5) if size in compared_sizes(a)}
+    return tuple(sorted(ks))
+
+
+def _signatures(words: frozenset[str], k: int) -> list[tuple[int, int, frozenset[str]]]:
+    if k == 1:
+        return [(1, 0, words)]
+    if k == 2:
+        odd = frozenset([w for w in words if hash(w) & 1])
+        return [(2, 0, words - odd), (2, 1, odd)]
+    parts: list[list[str]] = [[] for _ in range(k)]
+    for word in words:
+        parts[hash(word) % k].append(word)
+    return [(k, g, frozenset(part)) for g, part in enumerate(parts)]
+
+
+class NamespaceIndex:
+    """Live items of one namespace by word, and by near-duplicate signature."""
+
+    def __init__(self) -> None:
+        self.by_word: defaultdict[str, set[Key]] = defaultdict(set)
+        self.by_signature: defaultdict[tuple[int, int, frozenset[str]], set[Key]] = defaultdict(set)
+
+    def add(self, key: Key, words: frozenset[str]) -> None:
+        by_word = self.by_word
+        for word in words:
+            by_word[word].add(key)
+        by_signature = self.by_signature
+        for k in _groups_for_item(len(words)):
+            for signature in _signatures(words, k):
+                by_signature[signature].add(key)
+
+    def remove(self, key: Key, words: frozenset[str]) -> None:
+        # Emptied sets stay (one per word or signature ever seen): cheaper than deleting and
+        # making them again, and the word lookups below treat an empty set as none.
+        by_word = self.by_word
+        for word in words:
+            by_word[word].discard(key)
+        by_signature = self.by_signature
+        for k in _groups_for_item(len(words)):
+            for signature in _signatures(words, k):
+                by_signature[signature].discard(key)
+
+    def holding_words(self, words: list[str]) -> set[Key]:
+        """The live items whose word set holds every one of ``words`` (for one word, the index's
+        own set: read it, do not change it)."""
+        if len(words) == 1:
+            return self.by_word.get(words[0]) or set()
+        buckets = []
+        for word in words:
+            bucket = self.by_word.get(word)
+            if not bucket:
+                return set()
+            buckets.append(bucket)
+        buckets.sort(key=len)
+        return buckets[0].intersection(*buckets[1:])
+
+    def duplicate_candidates(self, words: frozenset[str]) -> set[Key]:
+        """A superset of the live items near-equal (Jaccard >= 0.9) to ``words``."""
+        found: set[Key] = set()
+        by_signature = self.by_signature
+        for signature in _signatures(words, _groups_for_query(len(words))):
+            bucket = by_signature.get(signature)
+            if bucket:
+                found |= bucket
+        return found

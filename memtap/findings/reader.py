@@ -1,0 +1,195 @@
+"""Reading events back for the detectors, in bulk and without validating them again.
+
+``TraceStore.list_events`` validates every row into pydantic models (an event, its context and
+each effect), which costs more than the detectors' own work: ``memtap check`` over a million
+events spent most of its time there. The rows were validated when they were recorded, so here
+each page is two queries (the events, then the effects of the whole page in one index range)
+and the models are built with their field values set directly, as ``model_construct`` does,
+minus its per-field bookkeeping. Contexts and access tags repeat (one per session, one per
+owner) and are parsed once per distinct text. What comes back is equal, field for field, to
+what ``list_events`` returns (``tests/test_findings_equivalence.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from memtap.errors import StoreError
+from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
+
+__all__ = ["read_page", "tail_start"]
+
+_M = TypeVar("_M", bound=BaseModel)
+
+_EVENT_FIELDS = (
+    "id",
+    "started_at",
+    "ended_at",
+    "front_door",
+    "backend",
+    "tool",
+    "op",
+    "status",
+    "error",
+    "context",
+    "arguments",
+    "result",
+    "backend_ms",
+    "overhead_ms",
+    "gate",
+    "total_ms",
+    "parent_id",
+    "model",
+    "provider",
+    "input_tokens",
+    "output_tokens",
+    "ttft_ms",
+    "memory_ms",
+    "links",
+)
+_EVENT_SQL = "SELECT rowid, " + ", ".join(_EVENT_FIELDS) + " FROM events"
+_EFFECT_FIELDS = (
+    "kind",
+    "item_id",
+    "namespace",
+    "content_before",
+    "content_after",
+    "tags_before",
+    "tags_after",
+    "rank",
+    "score",
+    "derived_from",
+    "reconciled",
+    "evidence",
+)
+_EFFECT_SQL = (
+    "SELECT event_id, " + ", ".join(_EFFECT_FIELDS) + " FROM effects"
+    " WHERE event_id >= ? AND event_id <= ? ORDER BY event_id, seq"
+)
+_KINDS = {k.value: k for k in EffectKind}
+_OPS = {o.value: o for o in Op}
+_ROLES = {r.value: r for r in Role}
+_TRACE_EVENT_SET = frozenset(TraceEvent.model_fields)
+_EFFECT_SET = frozenset(MemoryEffect.model_fields)
+_CONTEXT_FIELDS = tuple(Context.model_fields)
+_CONTEXT_DEFAULTS = {name: f.default for name, f in Context.model_fields.items()}
+
+
+def _built(cls: type[_M], values: dict[str, Any], fields_set: frozenset[str]) -> _M:
+    """A model instance holding ``values`` (every field), without validation."""
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__dict__", values)
+    object.__setattr__(model, "__pydantic_fields_set__", set(fields_set))
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model
+
+
+@lru_cache(maxsize=4096)
+def _context(text: str) -> Context:
+    """One context per distinct JSON text (shared: nothing downstream changes it)."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not data.keys() <= _CONTEXT_DEFAULTS.keys():
+        return Context.model_validate_json(text)
+    role = data.get("role")
+    turn = data.get("turn")
+    if (role is not None and role not in _ROLES) or (turn is not None and not isinstance(turn, str)):
+        return Context.model_validate_json(text)  # not what the recorder writes: validate it
+    values = {name: data.get(name, _CONTEXT_DEFAULTS[name]) for name in _CONTEXT_FIELDS}
+    if role is not None:
+        values["role"] = _ROLES[role]
+    return _built(Context, values, frozenset(data))
+
+
+@lru_cache(maxsize=4096)
+def _tags(text: str) -> AccessTags:
+    return AccessTags.model_validate_json(text)
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _effect(row: tuple[Any, ...]) -> MemoryEffect:
+    (kind, item_id, namespace, before, after, tags_before, tags_after, rank, score, derived, rec, evid) = row
+    return _built(
+        MemoryEffect,
+        {
+            "kind": _KINDS[kind],
+            "item_id": item_id,
+            "namespace": namespace,
+            "content_before": before,
+            "content_after": after,
+            "tags_before": None if tags_before is None else _tags(tags_before),
+            "tags_after": None if tags_after is None else _tags(tags_after),
+            "rank": rank,
+            "score": score,
+            "derived_from": (json.loads(derived) or []) if derived is not None else [],
+            "reconciled": bool(rec),
+            "evidence": None if evid is None else json.loads(evid),
+        },
+        _EFFECT_SET,
+    )
+
+
+def _event(row: tuple[Any, ...], effects: list[MemoryEffect]) -> TraceEvent:
+    values = dict(zip(_EVENT_FIELDS, row[1:], strict=True))
+    values["started_at"] = datetime.fromisoformat(values["started_at"])
+    values["ended_at"] = datetime.fromisoformat(values["ended_at"])
+    values["op"] = _OPS[values["op"]]
+    values["context"] = _context(values["context"])
+    values["arguments"] = json.loads(values["arguments"])
+    values["result"] = _load(values["result"])
+    values["links"] = _load(values["links"]) or []
+    values["effects"] = effects
+    return _built(TraceEvent, values, _TRACE_EVENT_SET)
+
+
+def read_page(
+    conn: sqlite3.Connection,
+    *,
+    after: str | int | None,
+    limit: int,
+    run: str | None = None,
+    by_rowid: bool = False,
+) -> tuple[list[TraceEvent], str | int | None]:
+    """Up to ``limit`` events after ``after`` (an event id, or a rowid when ``by_rowid``: the order
+    they were committed in), with their effects; and where the next page starts."""
+    where: list[str] = []
+    args: list[Any] = []
+    if after is not None:
+        where.append("rowid > ?" if by_rowid else "id > ?")
+        args.append(after)
+    if run is not None:
+        where.append("run_id = ?")
+        args.append(run)
+    sql = _EVENT_SQL + (" WHERE " + " AND ".join(where) if where else "")
+    sql += (" ORDER BY rowid" if by_rowid else " ORDER BY id") + f" LIMIT {int(limit)}"
+    try:
+        rows = conn.execute(sql, args).fetchall()
+        if not rows:
+            return [], after
+        ids = [row[1] for row in rows]
+        effects: dict[str, list[MemoryEffect]] = {i: [] for i in ids}
+        # One index range over the page: events of other runs (or committed out of id order)
+        # inside it are skipped.
+        for erow in conn.execute(_EFFECT_SQL, (min(ids), max(ids))):
+            mine = effects.get(erow[0])
+            if mine is not None:
+                mine.append(_effect(erow[1:]))
+    except sqlite3.Error as exc:
+        raise StoreError(f"events could not be read: {exc}") from exc
+    events = [_event(row, effects[row[1]]) for row in rows]
+    return events, (rows[-1][0] if by_rowid else rows[-1][1])
+
+
+def tail_start(conn: sqlite3.Connection) -> int:
+    """The rowid of the last event committed so far (0 for none): a tail starts after it."""
+    row = conn.execute("SELECT max(rowid) FROM events").fetchone()
+    return int(row[0] or 0)

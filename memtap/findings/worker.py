@@ -1,0 +1,154 @@
+"""The live detectors' own process: it tails the trace database and runs the engine there.
+
+Run by :class:`memtap.findings.live.LiveFindings` as ``python -m memtap.findings.worker DB``.
+Detection is pure Python; on a thread of the serving process it took the interpreter lock from
+the recorder for as long as the recorder itself held it (the recorder ran at a third of its rate
+beside it). In a process of its own it runs on another core and shares nothing with the calls.
+
+The protocol is JSON lines. On stdin: first the setup (``{"after": ROWID, "canaries":
+[[value, owners, configured], ...]}``), then a number each time the parent committed events (a
+"poke"). For each poke the worker reads every event committed after the last one it examined
+(in commit order: rowid), feeds the engine, stores new findings, and answers on stdout
+``{"ack": N, "findings": [...], "stats": {...}}`` (while more pokes are already waiting, new
+findings are stored and answered with theirs, at most a quarter second later: fewer write
+transactions beside the recorder's). End of stdin ends it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import select
+import sys
+import time
+from typing import IO, Any
+
+__all__ = ["main"]
+
+log = logging.getLogger("memtap.findings.worker")
+
+_PAGE = 5000
+# The worker's scheduling priority (Unix nice): below the serving process, so that on a busy
+# machine the recorder keeps its rate and detection waits for spare CPU (it catches up later;
+# nothing is skipped, the events are in the database).
+NICE = 19
+
+
+# While more commits are already announced, new findings wait (at most this long) to be stored
+# with theirs: one write transaction beside the recorder's instead of one per commit.
+_SAVE_EVERY_S = 0.25
+
+
+class _Pokes:
+    """Lines from the parent on a file descriptor, and whether another one is already waiting."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def line(self) -> str | None:
+        """The next line (blocking); ``None`` at the end of the input."""
+        while b"\n" not in self.buffer:
+            data = os.read(self.fd, 65536)
+            if not data:
+                return None
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode("utf-8")
+
+    def waiting(self) -> bool:
+        if b"\n" in self.buffer:
+            return True
+        try:
+            ready, _, _ = select.select([self.fd], [], [], 0)
+        except (OSError, ValueError):  # no select on this kind of pipe: answer every poke
+            return False
+        return bool(ready)
+
+
+def _serve(setup: dict[str, Any], db: str, pokes: _Pokes, out: IO[str]) -> None:
+    from memtap.findings.access import Canary
+    from memtap.findings.engine import Engine, make_detectors
+    from memtap.findings.model import Finding
+    from memtap.findings.reader import read_page
+    from memtap.findings.storage import save_findings
+    from memtap.trace.store import TraceStore
+
+    canaries = [
+        Canary(value, set(owners), bool(configured)) for value, owners, configured in setup["canaries"]
+    ]
+    engine = Engine(make_detectors(canaries))
+    store = TraceStore(db)
+    after: str | int | None = int(setup["after"])
+    stored = 0
+    pending: list[Finding] = []
+    errors: list[str] = []
+    last_save = time.monotonic()
+    try:
+        while (line := pokes.line()) is not None:
+            if not line.strip():
+                continue
+            seq = int(line)
+            try:
+                while True:
+                    events, after = read_page(store.db.conn, after=after, limit=_PAGE, by_rowid=True)
+                    if not events:
+                        break
+                    pending.extend(engine.feed(events))
+            except Exception as exc:  # reported; the next poke reads on from where this stopped
+                log.exception("live findings: events could not be examined")
+                errors.append(f"{type(exc).__name__}: {exc}")
+            if pending and pokes.waiting() and time.monotonic() - last_save < _SAVE_EVERY_S:
+                continue  # stored and answered with the commits already announced
+            fresh: list[dict[str, Any]] = []
+            try:
+                saved = save_findings(store.db, pending) if pending else []
+                stored += len(saved)
+                fresh = [f.as_dict() for f in saved]
+            except Exception as exc:
+                log.exception("live findings: findings could not be stored")
+                errors.append(f"{type(exc).__name__}: {exc}")
+            pending = []
+            last_save = time.monotonic()
+            # What is alive now stays (the state): later collections look at new objects only.
+            gc.freeze()
+            stats = engine.stats
+            answer = {
+                "ack": seq,
+                "findings": fresh,
+                "error": "; ".join(errors) or None,
+                "stats": {
+                    "events": stats.events,
+                    "findings": stats.findings,
+                    "stored": stored,
+                    "by_kind": stats.by_kind,
+                    "detector_errors": stats.detector_errors,
+                    "last_error": stats.last_error,
+                },
+            }
+            errors = []
+            out.write(json.dumps(answer, ensure_ascii=False, default=str) + "\n")
+            out.flush()
+    finally:
+        store.close()
+
+
+def main() -> None:
+    if hasattr(os, "nice"):
+        os.nice(NICE)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    # The protocol owns stdin and stdout: anything else printing goes to stderr.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    sys.stdout = sys.stderr
+    pokes = _Pokes(sys.stdin.fileno())
+    setup = json.loads(pokes.line() or "{}")
+    if len(sys.argv) != 2 or "after" not in setup:
+        print("usage: python -m memtap.findings.worker DB (setup on stdin)", file=sys.stderr)
+        raise SystemExit(2)
+    _serve(setup, sys.argv[1], pokes, out)
+
+
+if __name__ == "__main__":
+    main()
