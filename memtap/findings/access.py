@@ -13,7 +13,7 @@ from typing import Any
 from memtap.findings.facts import facts
 from memtap.findings.model import Finding, Severity, finding_for
 from memtap.findings.state import TraceState, effect_namespace
-from memtap.trace.models import EffectKind, Op, TraceEvent
+from memtap.trace.models import AccessTags, EffectKind, Op, TraceEvent
 
 __all__ = [
     "Canary",
@@ -46,36 +46,67 @@ def requester_of(event: TraceEvent) -> str:
 
 
 class LeakRetrieval:
-    """A retrieval returned items whose access tags deny the requester (gate ``observe:would-deny``)."""
+    """A retrieval returned items whose access tags deny the requester (gate ``observe:would-deny``;
+    with no verdict recorded, as a wrapped server's retrievals have none, judged from the tags the
+    trace recorded for the items, as the gate would)."""
 
     name = "leak_retrieval"
     severity = Severity.HIGH
     rule = (
-        "the access gate recorded observe:would-deny=ID,...: the items were returned to a requester they deny"
+        "the access gate recorded observe:would-deny=ID,...: the items were returned to a requester they "
+        "deny; where no verdict was recorded (a wrapped server), the items' recorded tags deny the requester"
     )
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         mode, ids = denied_ids(event.gate)
-        if mode != "observe:would-deny":
+        judged_here = False
+        if event.gate is None and event.status == "ok":
+            # No verdict recorded (a wrapped server's retrieval): judge the items' recorded tags.
+            ids = tags_deny(event, state)
+            mode, judged_here = "observe:would-deny", True
+        if mode != "observe:would-deny" or not ids:
             return
         contents = {e.item_id: e.content_after for e in event.effects if e.kind == EffectKind.RETRIEVE}
         tags = {}
         for item_id in ids:
-            item = state.item(event.backend, item_id)
-            if item is not None and item.tags is not None:
-                tags[item_id] = item.tags.model_dump(exclude_defaults=True)
+            found = _tags_of(event, state, item_id)
+            if found is not None:
+                tags[item_id] = found.model_dump(exclude_defaults=True)
         yield finding_for(
             self,
             event,
             f"{len(ids)} item(s) returned to {requester_of(event)!r} whose tags deny it: {', '.join(ids)}",
             item_ids=ids,
             evidence={
-                "gate": event.gate,
+                "gate": event.gate if not judged_here else "none recorded: judged from the items' tags",
                 "requester": requester_of(event),
                 "contents": contents,
                 "tags": tags,
             },
         )
+
+
+def _tags_of(event: TraceEvent, state: TraceState, item_id: str) -> AccessTags | None:
+    """The tags a retrieved item carried: on the retrieve effect, else as the trace last wrote it."""
+    for eff in event.effects:
+        if eff.item_id == item_id and eff.kind == EffectKind.RETRIEVE and eff.tags_after is not None:
+            return eff.tags_after
+    item = state.item(event.backend, item_id)
+    return item.tags if item is not None else None
+
+
+def tags_deny(event: TraceEvent, state: TraceState) -> list[str]:
+    """The retrieved items whose recorded tags deny the event's requester, judged as the access
+    gate judges (untagged items are allowed): for retrievals that carry no gate verdict."""
+    requester = requester_of(event)
+    out = []
+    for eff in event.effects:
+        if eff.kind != EffectKind.RETRIEVE or eff.item_id in out:
+            continue
+        tags = _tags_of(event, state, eff.item_id)
+        if tags is not None and not tags.permits(requester):
+            out.append(eff.item_id)
+    return out
 
 
 class CrossNamespace:
