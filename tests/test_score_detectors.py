@@ -59,13 +59,13 @@ def test_builtin_replay_gets_detector_precision_and_recall_with_no_false_alarms(
     assert _counts(report) == {
         "erasure": (0, 0, 0, 2),
         "destructive_update": (0, 0, 0, 2),
-        "stale_coexistence": (0, 0, 1, 1),  # builtin keeps the superseded value; the detector misses it
+        # builtin keeps the superseded value: the update episode's "That changed ... X is NEW" is flagged
+        # beside the live "X is OLD"; the preserve episode's "nothing changes for me" is not
+        "stale_coexistence": (1, 0, 0, 1),
         "leak_retrieval": (0, 0, 0, 2),
     }
-    assert (
-        det["detectors"]["erasure"]["precision"] is None
-        and det["detectors"]["stale_coexistence"]["recall"] == 0
-    )
+    assert det["detectors"]["erasure"]["precision"] is None
+    assert det["detectors"]["stale_coexistence"]["precision"] == det["detectors"]["stale_coexistence"]["recall"] == 1.0
     code, table = _cli("score", "r1", "--db", str(tmp_path / "builtin.db"), "--no-store")
     assert code == 0 and "Detectors against the gold (per episode)" in table
     assert "stale_coexistence" in table
