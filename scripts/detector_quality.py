@@ -7,7 +7,10 @@ precision and recall are printed as one Markdown table.
 
 Backends: ``builtin`` (memtap's own store, correct), the reference-behaving test server
 (``tests/upstreams/faulty_memory.py`` without a fault) and each of its faults, wrapped by
-``memtap proxy`` with the ``server-memory`` profile.
+``memtap proxy`` with the ``server-memory`` profile; and two chat agents behind memtap's chat
+proxy (``memory: auto``, the builtin store) over the fake model server ``tests/fake_openai.py``:
+``chat-echo`` (the gate observes; the model recites the memories injected into its prompt, a
+leaky agent) and ``chat-enforce`` (the same agent, the gate withholds denied memories).
 
     PYTHONPATH=$PWD python scripts/detector_quality.py --out /tmp/dq [--suite paradigms] [--backend overwrite]
 """
@@ -16,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,75 @@ def memtap(*args: str) -> str:
     if done.returncode != 0:
         raise SystemExit(f"memtap {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
     return done.stdout
+
+
+class ChatAgent:
+    """``memtap serve`` with the chat proxy over the fake model server, as processes."""
+
+    def __init__(self, out: Path, gate: str) -> None:
+        self.out, self.gate = out, gate
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, db: Path) -> str:
+        model_port, serve_port = free_port(), free_port()
+        self.procs.append(
+            subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), str(model_port)])
+        )
+        config = self.out / f"chat-{self.gate}.json"
+        params = {
+            "model": "openai/memory-echo",
+            "api_base": f"http://127.0.0.1:{model_port}/v1",
+            "api_key": "sk",
+        }
+        config.write_text(json.dumps({"model_list": [{"model_name": "agent", "litellm_params": params}],
+                                      "memtap": {"memory": "auto"}}))  # fmt: skip
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "memtap",
+                    "serve",
+                    "--config",
+                    str(config),
+                    "--gate",
+                    self.gate,
+                    "--http",
+                    f"127.0.0.1:{serve_port}",
+                    "--db",
+                    str(db),
+                ],
+                stderr=subprocess.DEVNULL,
+                cwd=ROOT,
+            )
+        )
+        wait_for(f"http://127.0.0.1:{model_port}/healthz")
+        wait_for(f"http://127.0.0.1:{serve_port}/healthz")
+        return f"openai:http://127.0.0.1:{serve_port}/v1#agent"
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+            proc.wait(30)
+        self.procs.clear()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(url: str, limit_s: float = 120) -> None:
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{url} did not answer within {limit_s:g} s") from None
+            time.sleep(0.5)
 
 
 def target_for(backend: str, out: Path) -> str:
@@ -63,8 +138,18 @@ def measure(suite: str, backend: str, out: Path, seed: int, episodes: int) -> di
     db = out / f"{suite}-{backend}.db"
     db.unlink(missing_ok=True)
     reader = "extractive" if suite == "permission" else "none"
-    memtap("replay", str(suite_file), "--target", target_for(backend, out), "--reader", reader,
-           "--db", str(db), "--run", "r1", "--no-progress")  # fmt: skip
+    agent = (
+        ChatAgent(out, backend.removeprefix("chat-").replace("echo", "observe"))
+        if backend.startswith("chat-")
+        else None
+    )
+    try:
+        target = agent.start(db) if agent is not None else target_for(backend, out)
+        memtap("replay", str(suite_file), "--target", target, "--reader", reader,
+               "--db", str(db), "--run", "r1", "--no-progress")  # fmt: skip
+    finally:
+        if agent is not None:
+            agent.stop()  # flushes the trace
     report = json.loads(memtap("score", "r1", "--db", str(db), "--json").strip().splitlines()[-1])
     detectors: dict[str, Any] = report["detectors"]["detectors"]
     return detectors
@@ -75,19 +160,29 @@ def _fmt(value: float | None) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for suites, databases, results")
     parser.add_argument("--suite", action="append", choices=SUITES)
-    parser.add_argument("--backend", action="append", help="builtin, reference, or a fault of faulty_memory.py")
+    parser.add_argument(
+        "--backend", action="append", help="builtin, reference, or a fault of faulty_memory.py"
+    )
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--episodes", type=int, default=6)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    backends = args.backend or ["builtin", "reference", *[f for f in FAULTS if f]]
+    backends = args.backend or [
+        "builtin",
+        "reference",
+        *[f for f in FAULTS if f],
+        "chat-echo",
+        "chat-enforce",
+    ]
     results: dict[str, dict[str, Any]] = {}
     print("| suite | backend | detector | precision | recall | tp | fp | fn | tn |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for suite in args.suite or ["paradigms", "lifecycle"]:
+    for suite in args.suite or ["paradigms", "lifecycle", "permission"]:
         for backend in backends:
             got = measure(suite, backend, args.out, args.seed, args.episodes)
             results[f"{suite}/{backend}"] = got

@@ -50,7 +50,10 @@ async def test_a_change_that_leaves_the_old_value_live_is_stale_coexistence(serv
         "stale_content": "Small thing to keep in mind. My dentist is Dr. Lindqvist.",
         "correction": "That has changed. My dentist is Dr. Okafor.",
     }
-    assert stale.summary == f"{old} still states 'my dentist is dr' is 'lindqvist' after {new} changed it to 'okafor'"
+    assert (
+        stale.summary
+        == f"{old} still states 'my dentist is dr' is 'lindqvist' after {new} changed it to 'okafor'"
+    )
 
 
 async def test_a_change_with_a_shared_ending_names_the_subject_around_the_value(serve_memtap: Serve) -> None:
@@ -104,7 +107,9 @@ READD = {"observations": [{"entityName": "alice", "contents": ["likes tea"]}]}
 async def _play_readd(db: Path, fault: str) -> list[Any]:
     served = serve_proxy(db, {"memory": faulty_server(fault)})
     try:
-        async with http_client(f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}) as client:
+        async with http_client(
+            f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}
+        ) as client:
             await client.call_tool("create_entities", ALICE, meta=meta(session="s1", turn="t1", role="user"))
             await client.call_tool("add_observations", READD, meta=meta(session="s2", turn="t1", role="user"))
         return settled_findings(served)

@@ -65,7 +65,11 @@ def test_builtin_replay_gets_detector_precision_and_recall_with_no_false_alarms(
         "leak_retrieval": (0, 0, 0, 2),
     }
     assert det["detectors"]["erasure"]["precision"] is None
-    assert det["detectors"]["stale_coexistence"]["precision"] == det["detectors"]["stale_coexistence"]["recall"] == 1.0
+    assert (
+        det["detectors"]["stale_coexistence"]["precision"]
+        == det["detectors"]["stale_coexistence"]["recall"]
+        == 1.0
+    )
     code, table = _cli("score", "r1", "--db", str(tmp_path / "builtin.db"), "--no-store")
     assert code == 0 and "Detectors against the gold (per episode)" in table
     assert "stale_coexistence" in table
