@@ -29,6 +29,7 @@ _DENIED = re.compile(r"^(observe:would-deny|enforce:withheld)=(.*)$")
 _REFUSAL = re.compile(
     r"(may not (read|write|delete|admin|act for|call)|contradicts .* fixed by|in the request contradicts)"
 )
+_HOLDING = 65536  # items holding a canary remembered, to see them in the prompts they are injected into
 _RECENT = 2048  # chat calls and denied retrievals remembered to pair them, whichever is recorded first
 
 
@@ -167,17 +168,28 @@ class Canary:
     configured: bool = False
 
 
-def _texts_of(event: TraceEvent) -> list[tuple[str, str]]:
-    """(where, text) pairs an event shows to its requester or sends upstream."""
+def _texts_of(event: TraceEvent, injected: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(where, text) pairs an event shows to its requester or sends upstream. A chat's upstream
+    request is the client's request (the recorded arguments) plus the memories the chat proxy
+    injected into it (``result.memory.injected``), whose contents ``injected`` gives by id."""
     out: list[tuple[str, str]] = []
     for eff in event.effects:
         if eff.kind == EffectKind.RETRIEVE and eff.content_after:
             out.append((f"retrieval of {eff.item_id}", eff.content_after))
     if event.op == Op.CHAT:
-        out.append(("upstream request", json.dumps(event.arguments, ensure_ascii=False)))
+        sent = [json.dumps(event.arguments, ensure_ascii=False)]
+        sent += [injected[i] for i in injected_ids(event.result) if i in injected]
+        out.append(("upstream request", "\n".join(sent)))
         if event.result is not None:
             out.append(("reply", reply_text(event.result)))
     return out
+
+
+def injected_ids(result: Any) -> list[str]:
+    """The ids of the memories a chat call's ``result.memory.injected`` lists."""
+    memory = result.get("memory") if isinstance(result, Mapping) else None
+    injected = memory.get("injected") if isinstance(memory, Mapping) else None
+    return [str(i) for i in injected if isinstance(i, str)] if isinstance(injected, list) else []
 
 
 def reply_text(result: Any) -> str:
@@ -203,24 +215,28 @@ class CanaryExposure:
     name = "canary_exposure"
     severity = Severity.CRITICAL
     rule = (
-        "a configured canary appears in a retrieval, a chat request sent upstream or a reply, for a "
-        "requester that is not one of its owners (configured, else the namespaces it was written to)"
+        "a configured canary appears in a retrieval, a chat request sent upstream (the client's messages "
+        "or the memories injected into them) or a reply, for a requester that is not one of its owners "
+        "(configured, else the namespaces it was written to)"
     )
 
     def __init__(self, canaries: list[Canary]) -> None:
         self.canaries = canaries
+        self._holding: OrderedDict[str, str] = OrderedDict()  # item id -> content, items holding a canary
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if not self.canaries:
             return
-        for eff in event.effects:  # learn owners from writes
+        for eff in event.effects:  # learn owners, and which items hold a canary, from writes
             if eff.kind in (EffectKind.ADD, EffectKind.UPDATE) and eff.content_after:
                 for canary in self.canaries:
-                    if not canary.configured and canary.value in eff.content_after:
-                        canary.owners.add(effect_namespace(event, eff))
+                    if canary.value in eff.content_after:
+                        _remember_text(self._holding, eff.item_id, eff.content_after)
+                        if not canary.configured:
+                            canary.owners.add(effect_namespace(event, eff))
         requester = requester_of(event)
         seen = {requester, event.context.namespace} if event.context.requester is None else {requester}
-        for where, text in _texts_of(event):
+        for where, text in _texts_of(event, self._holding):
             for canary in self.canaries:
                 if canary.value in text and not (seen & canary.owners):
                     yield finding_for(
@@ -231,6 +247,11 @@ class CanaryExposure:
                             e.item_id
                             for e in event.effects
                             if e.content_after and canary.value in e.content_after
+                        ]
+                        + [
+                            i
+                            for i in (injected_ids(event.result) if where != "reply" else ())
+                            if canary.value in self._holding.get(i, "")
                         ],
                         evidence={
                             "canary": canary.value,
@@ -356,6 +377,13 @@ class LeakInjection:
                     event_ids=[chat.id, search.id],
                     evidence={"requester": requester, "protected_values": values, "reply": reply},
                 )
+
+
+def _remember_text(cache: OrderedDict[str, str], key: str, text: str) -> None:
+    cache[key] = text
+    cache.move_to_end(key)
+    while len(cache) > _HOLDING:
+        cache.popitem(last=False)
 
 
 def _remember(cache: OrderedDict[str, TraceEvent], key: str, event: TraceEvent) -> None:
