@@ -136,7 +136,7 @@ def _tags_from_elsewhere(
     """Give a retrieved item the episode never wrote (a backend that serves one namespace's items
     to another) the tags its last write in the run carried, so its owner is judged against the
     requester instead of the item passing as untagged."""
-    for turn, found in hits.items():
+    for found in hits.values():
         for n, hit in enumerate(found):
             if hit.tags is not None or hit.item_id in content:
                 continue
