@@ -8,6 +8,10 @@ NODE_STAMP := node_modules/.installed
 # Debian's chromium, which the dashboard's browser tests drive through Playwright (never
 # `playwright install`: the tests pass its path). Installed once when missing and apt-get exists.
 CHROMIUM_STAMP := $(VENV)/.chromium
+# The LangGraph example agent's own environment: langchain-mcp-adapters needs the MCP SDK 1.x and
+# memtap the 2.x (examples/agents/requirements-langgraph.txt); tests/test_agents_examples.py runs it.
+LANGGRAPH_VENV ?= .venv-langgraph
+LANGGRAPH_STAMP := $(LANGGRAPH_VENV)/.installed
 
 .PHONY: demo test lint typecheck pytest bench soak clean
 
@@ -15,7 +19,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "memtap needs Python 3.11+"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,agents]'
 	@touch $@
 
 $(NODE_STAMP): package.json package-lock.json
@@ -24,6 +28,12 @@ $(NODE_STAMP): package.json package-lock.json
 	else \
 		echo "npm not found: tests that need the reference MCP memory server will be skipped"; \
 	fi
+
+$(LANGGRAPH_STAMP): examples/agents/requirements-langgraph.txt
+	$(PYTHON) -m venv $(LANGGRAPH_VENV)
+	$(LANGGRAPH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LANGGRAPH_VENV)/bin/python -m pip install --quiet -r examples/agents/requirements-langgraph.txt
+	@touch $@
 
 $(CHROMIUM_STAMP):
 	@if command -v chromium >/dev/null 2>&1; then \
@@ -54,19 +64,21 @@ demo: $(STAMP)
 	@echo "   $(BIN)/memtap ui --db .demo/replay.db    (then http://127.0.0.1:8760/ui/)"
 
 lint: $(STAMP)
-	$(BIN)/ruff check memtap tests benchmarks scripts
-	$(BIN)/ruff format --check memtap tests benchmarks scripts
+	$(BIN)/ruff check memtap tests benchmarks scripts examples
+	$(BIN)/ruff format --check memtap tests benchmarks scripts examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(NODE_STAMP) $(CHROMIUM_STAMP)
-	$(BIN)/pytest -q
+# MEMTAP_REQUIRE_AGENTS: the example agents' tests fail, rather than skip, when a framework is missing.
+pytest: $(STAMP) $(NODE_STAMP) $(CHROMIUM_STAMP) $(LANGGRAPH_STAMP)
+	MEMTAP_REQUIRE_AGENTS=1 MEMTAP_LANGGRAPH_PYTHON=$(abspath $(LANGGRAPH_VENV))/bin/python $(BIN)/pytest -q
 
 test: lint typecheck pytest
 
 bench: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/mcp_proxy_overhead.py
+	$(BIN)/python benchmarks/wrapped_servers_overhead.py
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/search_scaling.py
 	$(BIN)/python benchmarks/replay_throughput.py
@@ -80,4 +92,4 @@ soak: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python benchmarks/soak.py
 
 clean:
-	rm -rf $(VENV) node_modules .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LANGGRAPH_VENV) node_modules .demo .pytest_cache .mypy_cache .ruff_cache

@@ -28,7 +28,7 @@ from typing import Any
 from memtap.adapters.graph_state import Graph
 from memtap.ids import new_id
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, TraceEvent, utc_now
-from memtap.trace.privacy import receipt
+from memtap.trace.privacy import TracePrivacy, receipt
 from memtap.trace.store import TraceStore
 
 __all__ = [
@@ -154,8 +154,11 @@ def record_differences(
     differences: list[Difference],
     *,
     principal: str = "local",
+    privacy: TracePrivacy | None = None,
 ) -> str:
-    """One ``control`` event whose reconciled effects make the trace's items match ``state``."""
+    """One ``control`` event whose reconciled effects make the trace's items match ``state``;
+    ``privacy`` (the serving process's content policy and secrets) is applied to it first, as
+    the recorder applies it to every call's event."""
     evidence = {"why": "memtap verify --record", "read": state.read, "read_at": state.read_at}
     effects = []
     for diff in differences:
@@ -191,5 +194,7 @@ def record_differences(
         result={**evidence, "differences": len(differences)},
         effects=effects,
     )
+    if privacy is not None:
+        privacy.apply(event)
     store.write_events([event])
     return event.id

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from memtap.errors import MemtapError
 from memtap.limits import DEFAULT_LIMITS, install
-from memtap.probes.targets._server import free_port, wait_healthy
+from memtap.probes.targets._server import announced_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -64,6 +64,7 @@ class ServerProcess:
     proc: subprocess.Popen[bytes]
     port: int
     db: Path
+    log: Path | None = None  # its standard error, when started by start_http_server
 
     @property
     def url(self) -> str:
@@ -75,6 +76,8 @@ class ServerProcess:
         return self.proc.wait(timeout=30)
 
     def stderr(self) -> str:
+        if self.log is not None:
+            return self.log.read_text(errors="replace")
         return self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
 
 
@@ -100,14 +103,14 @@ def write_config(tmp_path: Path, servers: dict[str, Any], name: str = "memtap.js
 
 
 @pytest.fixture
-def start_http_server(db_path: Path) -> Iterator[Callable[..., ServerProcess]]:
-    """Start ``memtap serve --http`` on a free port; every server is stopped after the test."""
+def start_http_server(db_path: Path, tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Start ``memtap serve --http`` on port 0 (the port it binds is read from what it prints,
+    so no other process can take it in between); every server is stopped after the test."""
     started: list[ServerProcess] = []
 
     def start(
         *extra: str, db: Path | None = None, env: dict[str, str] | None = None, command: str = "serve"
     ) -> ServerProcess:
-        port = free_port()
         target = db or db_path
         cmd = [
             sys.executable,
@@ -115,17 +118,20 @@ def start_http_server(db_path: Path) -> Iterator[Callable[..., ServerProcess]]:
             "memtap",
             command,
             "--http",
-            f"127.0.0.1:{port}",
+            "127.0.0.1:0",
             "--db",
             str(target),
             *extra,
         ]
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
-        )
-        server = ServerProcess(proc, port, target)
+        log = tmp_path / f"server-{len(started)}.stderr"
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})}
+            )
+        server = ServerProcess(proc, 0, target, log)
         started.append(server)
-        if wait_healthy(f"http://127.0.0.1:{port}", proc) is None:
+        server.port = announced_port(server.stderr, proc) or 0
+        if not server.port or wait_healthy(f"http://127.0.0.1:{server.port}", proc) is None:
             raise MemtapError(
                 f"memtap {command} did not start (exit {proc.poll()}): {server.stderr()[-500:]}"
             )

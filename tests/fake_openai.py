@@ -20,6 +20,9 @@ And by the model asked for (non-streaming):
   when there is none);
 - ``answer-check``: a LongMemEval-style judge's "Yes." or "No." (the correct answer inside the
   model response; for an unanswerable question, a response saying it is not known).
+- ``memory-agent``: a tool-using agent's model, scripted (``scripted_agent.py``): it stores the
+  facts the user states with the memory add tool, searches before answering a question, and
+  answers from what the search returned (the example agents of ``examples/agents/`` run on it);
 - ``mem0-extract``: mem0 2.x's fact extraction, scripted: the ``## New Messages`` of mem0's
   prompt, each sentence (split on ``.`` and ``;``) one fact, as ``{"memory": [{"text": ...}]}``;
   a message holding ``[unparseable]`` gets prose instead of JSON.
@@ -44,6 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from scripted_agent import MODEL as AGENT_MODEL
+from scripted_agent import reply as agent_reply
 
 CREATED = 1_764_460_800
 
@@ -148,9 +153,10 @@ STEERED = {
 }
 
 
-def _completion(model: str, content: str) -> web.Response:
-    choice = {"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": None,
-              "finish_reason": "stop"}  # fmt: skip
+def _completion(model: str, content: str | dict[str, Any]) -> web.Response:
+    message = content if isinstance(content, dict) else {"role": "assistant", "content": content}
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
     data = {"id": "chatcmpl-fake", "object": "chat.completion", "created": CREATED, "model": model,
             "choices": [choice], "usage": _usage(1)}  # fmt: skip
     return web.Response(body=json.dumps(data), content_type="application/json")
@@ -164,6 +170,8 @@ def build_app(state: FakeState) -> web.Application:
             state.headers.append(dict(request.headers))
         text = _last_user(body)
         model = body.get("model", "fake")
+        if model == AGENT_MODEL and not body.get("stream"):
+            return _completion(model, agent_reply(body))
         if model in STEERED and not body.get("stream"):
             return _completion(model, STEERED[model](text))
         if model == "memory-echo" and not body.get("stream"):  # repeats what was injected

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -15,6 +18,7 @@ from click.testing import CliRunner
 from memtap.adapters.builtin import BuiltinBackend
 from memtap.cli.main import cli
 from memtap.proxy.service import MemoryService
+from memtap.trace.store import TraceStore
 from memtap.trace.writer import Recorder
 
 
@@ -164,3 +168,28 @@ def test_trace_tail_follows_new_events(db_path: Path, populated: dict[str, str])
     followed = [json.loads(proc.stdout.readline()) for _ in range(2)]
     assert proc.wait(timeout=30) == 0
     assert [e["effects"][0]["content_after"] for e in followed] == ["new fact one", "new fact two"]
+
+
+@pytest.mark.parametrize("command", ["serve", "ui"])
+def test_a_port_in_use_is_one_clear_error_and_port_0_takes_a_free_one(
+    db_path: Path, command: str, start_http_server: Any
+) -> None:
+    """The HTTP front doors bind before they say where they serve: a port in use is named in one
+    line (exit 2), not a traceback after "serving at"; port 0 serves on the port it prints."""
+    TraceStore(db_path).close()  # the dashboard serves an existing trace
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "memtap", command, "--http", f"127.0.0.1:{port}", "--db", str(db_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"memtap: error: cannot listen on 127.0.0.1:{port}: address already in use"
+    server = start_http_server(command=command)  # the fixture passes --http 127.0.0.1:0
+    assert server.port not in (0, port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as response:
+        assert response.status == 200

@@ -64,7 +64,8 @@ async def test_a_hanging_webhook_and_a_failing_command_are_bounded_and_recorded(
 ) -> None:
     served = serve_memtap({"findings": {
         "webhook": f"http://127.0.0.1:{silent_port}/hook",
-        "command": [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"],
+        "command": [sys.executable, "-c",  # what it prints holds the chat upstream's key
+                    "import sys; sys.stdin.read(); print('key sk-upstream-secret refused', file=sys.stderr); sys.exit(3)"],
         "notify_timeout_s": 0.5,
     }})  # fmt: skip
     await _leak(served)
@@ -73,7 +74,8 @@ async def test_a_hanging_webhook_and_a_failing_command_are_bounded_and_recorded(
     (failure,) = [e for e in events if e.tool == "findings.notify"]
     assert failure.status == "error" and failure.op.value == "control"
     assert failure.error is not None
-    assert "command exited 3" in failure.error and "webhook failed: " in failure.error
+    assert "command exited 3: key [redacted] refused" in failure.error and "webhook failed: " in failure.error
+    assert "sk-upstream-secret" not in failure.model_dump_json()  # redacted like every recorded event
     assert [e.status for e in events if e.tool.startswith("memory_")] == ["ok", "ok"]
 
 

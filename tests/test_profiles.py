@@ -29,6 +29,14 @@ def classes(tools: list[tuple[str, dict[str, Any] | None]], **kwargs: Any) -> di
         ("Graphiti Agent Memory", ["add_memory", "search_memory_facts", "delete_episode"], "graphiti"),
         (None, ["add_memory", "search_memories", "delete_all_memories"], "mem0"),
         (None, ["archival_memory_insert", "archival_memory_search", "core_memory_replace"], "letta"),
+        ("mcp-memory-libsql", ["create_entities", "search_nodes", "read_graph"], "memory-libsql"),
+        (
+            "a-libsql-fork",
+            ["create_entities", "delete_entity", "delete_relation", "search_nodes"],
+            "memory-libsql",
+        ),
+        ("memory-keeper", ["context_save", "context_get"], "memory-keeper"),
+        (None, ["context_save", "context_get", "context_batch_delete", "context_status"], "memory-keeper"),
         ("weather", ["get_forecast"], None),
     ],
 )
@@ -99,5 +107,8 @@ def test_other_is_recorded_as_control_and_each_class_maps_to_its_op() -> None:
 
 def test_unknown_profile_name_is_a_config_error_and_none_means_no_profile() -> None:
     assert find_profile("none") is None
-    with pytest.raises(ConfigError, match="unknown profile 'mem1'; known: none, server-memory, graphiti"):
+    with pytest.raises(
+        ConfigError,
+        match="unknown profile 'mem1'; known: none, server-memory, memory-libsql, memory-keeper, graphiti",
+    ):
         find_profile("mem1")

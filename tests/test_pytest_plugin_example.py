@@ -4,6 +4,9 @@ point; this suite imports the fixtures so it also runs from a source checkout.)"
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import anyio
 import pytest
 from mcp import Client
@@ -44,3 +47,18 @@ def test_an_agent_that_only_appends_is_caught_by_the_plugin(memtap_server: Memta
         memtap_server.assert_no_findings("stale_coexistence")
     with pytest.raises(AssertionError, match=r"no live item with content 'Alice lives in Berlin\.'"):
         memtap_server.assert_live("Alice lives in Berlin.")
+
+
+def test_the_plugin_pytest_loads_in_every_session_imports_nothing_heavy() -> None:
+    """pytest imports the pytest11 plugin in every session of every project with memtap
+    installed: it must not pull in the server, the trace store or their dependencies."""
+    code = (
+        "import sys, memtap.pytest_plugin, memtap; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('sqlite_utils', 'uvicorn', 'fastapi', 'mcp', 'numpy', 'pydantic', 'litellm', 'aiohttp')"
+        " or m.startswith(('memtap.trace', 'memtap.harness', 'memtap.proxy', 'memtap.auth'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -438,3 +438,25 @@ def test_verify_finds_a_hashed_namespaces_receipts_equal_to_the_builtin_rows(db_
     assert [(d["kind"], d["item_id"]) for d in json.loads(differs.output)["differences"]] == [
         ("content_differs", changed)
     ]
+    # Recorded under the serving process's policy, the difference is a receipt too: the moved
+    # text is in no trace table, and the trace then equals the backend.
+    policy = ["--content-policy", "hashed-*=hashed", "--content-policy", "dropped-*=none"]
+    recorded = runner.invoke(
+        cli, ["verify", "--db", str(db_path), "--builtin", "--record", "--json", *policy]
+    )
+    assert recorded.exit_code == 1 and json.loads(recorded.output)["recorded_event"], recorded.output
+    with sqlite3.connect(db_path) as conn:
+        held_text = [
+            conn.execute(f"SELECT count(*) FROM {table} WHERE {where}", ("%WAGTAIL moved%",) * 2).fetchone()[
+                0
+            ]
+            for table, where in [
+                ("effects", "content_after LIKE ? OR content_before LIKE ?"),
+                ("events", "result LIKE ? OR arguments LIKE ?"),
+                ("items", "content LIKE ? OR content LIKE ?"),
+                ("item_versions", "content LIKE ? OR content LIKE ?"),
+            ]
+        ]
+    assert held_text == [0, 0, 0, 0]
+    after = runner.invoke(cli, ["verify", "--db", str(db_path), "--builtin", "--json"])
+    assert after.exit_code == 0 and json.loads(after.output)["differences"] == [], after.output

@@ -12,6 +12,7 @@ from memtap.ids import new_id
 from memtap.trace.migrations import MIGRATIONS
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
 from memtap.trace.store import TraceStore
+from memtap.ui.queries import NOT_OK_SQL
 
 T0 = datetime(2026, 1, 6, 13, 35, 57, tzinfo=UTC)
 
@@ -46,7 +47,7 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         "m001_create_events", "m002_create_items", "m003_add_chat_columns", "m004_create_runs", "m006_create_scores",
         "m008_create_purge_receipts", "m009_add_reconciled_effects", "m012_add_run_episode_counts",
         "m016_create_findings", "m017_create_hw_samples", "m019_create_ui_indexes", "m020_trim_event_indexes",
-        "m021_create_denials_index",
+        "m021_create_denials_index", "m028_partial_event_indexes", "m025_create_run_writes",
     ]  # fmt: skip
     assert _columns(db_path, "purge_receipts") == [
         "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",
@@ -63,6 +64,10 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
     assert _columns(db_path, "findings") == [
         "id", "kind", "severity", "severity_rank", "summary", "event_id", "namespace", "run_id", "episode",
         "session", "turn", "event_ids", "item_ids", "evidence", "detector_version", "created_at", "dedupe",
+    ]  # fmt: skip
+    assert _columns(db_path, "run_writes") == [
+        "run_id", "episode_id", "attempt", "turn_id", "recorded_event", "tool", "status", "why", "source_items",
+        "target_items", "ms", "at",
     ]  # fmt: skip
     assert {"total_ms", "parent_id", "model", "provider", "input_tokens", "output_tokens", "ttft_ms",
             "memory_ms", "links"} <= set(_columns(db_path, "events"))  # fmt: skip
@@ -131,6 +136,19 @@ def test_a_memory_event_writes_no_index_entry_for_the_columns_it_leaves_empty(db
     conn = store.db.conn
     partial = {r[1]: r[4] for r in conn.execute("PRAGMA index_list('events')")}
     assert partial["events_parent"] == partial["events_upstream_id"] == 1
+    # A live call has no run and often no session, and most calls end ok (m028).
+    assert {
+        partial[n] for n in ("events_run", "events_run_id_id", "events_session_id", "events_status_id")
+    } == {1}
+    where = {
+        r[0]: r[1].split(" WHERE ", 1)[1]
+        for r in conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql LIKE '%WHERE%'"
+        )
+    }
+    assert where["events_run"] == where["events_run_id_id"] == "run_id IS NOT NULL"
+    assert where["events_session_id"] == "session IS NOT NULL"
+    assert where["events_status_id"] == NOT_OK_SQL
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert not {"events_op", "events_namespace"} & names  # prefixes of events_op_id, events_namespace_id
     for sql, index in [
@@ -138,6 +156,13 @@ def test_a_memory_event_writes_no_index_entry_for_the_columns_it_leaves_empty(db
         ("SELECT id FROM events WHERE upstream = 'u' ORDER BY id DESC LIMIT 51", "events_upstream_id"),
         ("SELECT id FROM events WHERE op = 'write'", "events_op_id"),
         ("SELECT id FROM events WHERE namespace = 'alice'", "events_namespace_id"),
+        ("SELECT id FROM events WHERE run_id = 'r' ORDER BY id DESC LIMIT 51", "events_run_id_id"),
+        ("SELECT id FROM events WHERE run_id = 'r' AND episode = 'e' AND session = 's'", "events_run"),
+        ("SELECT id FROM events WHERE session = 's' ORDER BY id DESC LIMIT 51", "events_session_id"),
+        (
+            f"SELECT id FROM events WHERE status = 'error' AND {NOT_OK_SQL} ORDER BY id DESC",
+            "events_status_id",
+        ),
         (
             "SELECT * FROM items WHERE namespace = 'alice' AND item_id > 'm' ORDER BY item_id",
             "items_namespace",

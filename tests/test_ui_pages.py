@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import ServerProcess, http_client, run_memory_script, write_config
 from starlette.testclient import TestClient
+from trace_builder import add_event
 
 from memtap.cli.main import cli
 from memtap.trace.migrations import MIGRATIONS
@@ -22,7 +23,7 @@ from memtap.trace.sqlite import open_database
 from memtap.trace.store import TraceStore
 from memtap.ui import create_ui_app
 from memtap.ui.app import word_diff
-from memtap.ui.queries import DENIAL_SQL
+from memtap.ui.queries import DENIAL_SQL, Reader
 
 pytestmark = pytest.mark.anyio
 
@@ -106,6 +107,35 @@ def test_an_old_database_is_migrated_with_the_dashboard_indexes(tmp_path: Path) 
         )
     assert {"events_op_id", "events_namespace_id", "events_upstream_id", "items_namespace"} <= names
     assert "events_op_id" in plan and "TEMP B-TREE" not in plan
+
+
+def test_the_status_filter_finds_errors_in_their_partial_index_and_ok_calls_too(tmp_path: Path) -> None:
+    """Only calls that did not end ok are in events_status_id (m028); both filters still work."""
+    path = _blank(tmp_path / "t.db")
+    store = TraceStore(path)
+    events = [add_event(i) for i in range(7)]
+    events[2] = events[2].model_copy(update={"status": "error", "error": "backend down"})
+    events[5] = events[5].model_copy(update={"status": "error", "error": "timeout"})
+    store.write_events(events)
+    store.close()
+    client = TestClient(create_ui_app(path))
+    ids = {
+        status: [e["id"] for e in client.get("/api/events", params={"status": status}).json()["events"]]
+        for status in ("error", "ok")
+    }
+    assert ids["error"] == [events[5].id, events[2].id]
+    assert sorted(ids["ok"]) == sorted(e.id for i, e in enumerate(events) if i not in (2, 5))
+    asked: list[tuple[str, Any]] = []
+
+    class Spy(Reader):  # what the dashboard asks SQLite, to ask for its plan
+        def _all(self, sql: str, params: Any = ()) -> list[Any]:
+            asked.append((sql, params))
+            return super()._all(sql, params)
+
+    Spy(path).events({"status": "error"})
+    with sqlite3.connect(path) as conn:
+        plan = " ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + asked[0][0], asked[0][1]))
+    assert "events_status_id" in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_the_denials_list_reads_its_partial_index_not_every_event(tmp_path: Path) -> None:

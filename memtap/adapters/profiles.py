@@ -4,7 +4,8 @@ Each tool of a wrapped server is classified as ``write``, ``update``, ``delete``
 ``retrieve``, ``read`` or ``other``. Sources, strongest first:
 
 1. the user's rules in the config (exact names before glob patterns);
-2. the profile of a known server (the reference memory server, Graphiti, Letta, Mem0);
+2. the profile of a known server (the reference memory server, ``mcp-memory-libsql``,
+   ``mcp-memory-keeper``, Graphiti, Letta, Mem0);
 3. the tool's MCP annotations (``readOnlyHint``, ``destructiveHint``), when present;
 4. words in the tool's name (``delete_*``, ``search_*``, ``add_*``, ...);
 5. otherwise ``other``.
@@ -170,7 +171,73 @@ MEM0 = Profile(
     search_tool="search_memories",
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (REFERENCE_MEMORY, GRAPHITI, LETTA, MEM0)}
+LIBSQL_MEMORY = Profile(
+    name="memory-libsql",
+    title="libSQL knowledge-graph memory server (mcp-memory-libsql)",
+    vocabulary={
+        "create_entities": _W,  # over an existing entity it replaces the observations: see libsql_server
+        "create_relations": _W,
+        "delete_entity": _D,
+        "delete_relation": _D,
+        "search_nodes": _S,
+        "read_graph": _R,
+    },
+    server_names=frozenset({"mcp-memory-libsql"}),
+    signature=frozenset({"create_entities", "delete_entity", "delete_relation", "search_nodes"}),
+    search_tool="search_nodes",
+)
+
+MEMORY_KEEPER = Profile(
+    name="memory-keeper",
+    title="Memory Keeper context server (mcp-memory-keeper)",
+    vocabulary={
+        "context_save": _W,  # a key saved again replaces its value: recorded as an update
+        "context_batch_save": _W,
+        "context_batch_update": _U,
+        "context_batch_delete": _D,
+        "context_reassign_channel": _U,
+        "context_compress": _D,
+        "context_restore_checkpoint": _W,
+        "context_import": _W,
+        "context_branch_session": _W,
+        "context_merge_sessions": _W,
+        "context_prepare_compaction": _W,
+        "context_git_commit": _W,
+        "context_journal_entry": _W,
+        "context_link": _W,
+        "context_integrate_tool": _W,
+        "context_cache_file": _W,
+        "context_checkpoint": _W,
+        "context_session_start": ToolKind.OTHER,  # continueFrom copies a session's items
+        "context_set_project_dir": ToolKind.OTHER,
+        "context_watch": ToolKind.OTHER,
+        "context_delegate": ToolKind.OTHER,
+        "context_analyze": ToolKind.OTHER,
+        "context_get": _S,
+        "context_search": _S,
+        "context_search_all": _S,
+        "context_semantic_search": _S,
+        "context_find_related": _S,
+        "context_get_related": _S,
+        "context_session_list": _R,
+        "context_status": _R,
+        "context_summarize": _R,
+        "context_file_changed": _R,
+        "context_diff": _R,
+        "context_list_channels": _R,
+        "context_channel_stats": _R,
+        "context_timeline": _R,
+        "context_export": _R,
+        "context_visualize": _R,
+    },
+    server_names=frozenset({"memory-keeper"}),
+    signature=frozenset({"context_save", "context_get", "context_batch_delete"}),
+    search_tool="context_search",
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p for p in (REFERENCE_MEMORY, LIBSQL_MEMORY, MEMORY_KEEPER, GRAPHITI, LETTA, MEM0)
+}
 
 
 def find_profile(name: str) -> Profile | None:

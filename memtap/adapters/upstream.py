@@ -137,7 +137,7 @@ class Upstream:
         self.tools: list[dict[str, Any]] = []
         self.classes: dict[str, Classification] = {}
         self.profile: Profile | None = None
-        self.tap: Any = None  # the profile's effect deriver (memory_server.GraphTap for the reference server)
+        self.tap: Any = None  # the profile's effect deriver (adapters/taps.py)
         self.recorder: Any = None  # where reconciliation records what it finds (set by the pool)
         # Serialises calls whose effects are derived from state read before and after them.
         self.write_lock = anyio.Lock()
@@ -302,10 +302,10 @@ class Upstream:
         self.classes = classify_tools(
             ((str(t["name"]), t.get("annotations")) for t in tools), profile=self.profile, rules=options.rules
         )
-        if self.tap is None and self.profile is not None and self.profile.name == "server-memory":
-            from memtap.adapters.memory_server import GraphTap
+        if self.tap is None:
+            from memtap.adapters.taps import tap_for
 
-            self.tap = GraphTap(self)
+            self.tap = tap_for(self)
         self._tools_stale = False
 
     # -- calls --------------------------------------------------------------------------

@@ -129,7 +129,7 @@ class UpstreamMemoryBackend:
     ) -> BackendResult:
         write_tool, _ = await self._profile_tools()
         ctx = self._context(namespace, provenance)
-        if self.upstream.tap is None:
+        if not isinstance(self.upstream.tap, GraphTap):  # no graph of the reference server
             result = await self.upstream.call_tool(
                 write_tool, self._generic_args(write_tool, content, namespace)
             )
@@ -153,7 +153,7 @@ class UpstreamMemoryBackend:
     async def search(self, namespace: str, query: str, *, limit: int = 10) -> BackendResult:
         _, search_tool = await self._profile_tools()
         ctx = self._context(namespace, None)
-        if self.upstream.tap is None:
+        if not isinstance(self.upstream.tap, GraphTap):  # no graph of the reference server
             result = await self.upstream.call_tool(
                 search_tool, self._generic_args(search_tool, query, namespace, limit)
             )
@@ -265,7 +265,7 @@ class UpstreamMemoryBackend:
     # -- helpers ---------------------------------------------------------------------------------
 
     def _needs_graph(self) -> None:
-        if self.upstream.tap is None:
+        if not isinstance(self.upstream.tap, GraphTap):  # no graph of the reference server
             raise BackendError(
                 f"upstream {self.name!r} supports only add and search through memtap (profile "
                 f"{self.upstream.profile.name if self.upstream.profile else 'none'})"

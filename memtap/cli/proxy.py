@@ -134,7 +134,10 @@ class _ProxyGroup(click.Group):
 )
 @click.option("--stdio", is_flag=True, help="Serve MCP over standard input and output.")
 @click.option(
-    "--http", "http", metavar="HOST:PORT", help=f"Serve streamable HTTP at /mcp (default {DEFAULT_HTTP})."
+    "--http",
+    "http",
+    metavar="HOST:PORT",
+    help=f"Serve streamable HTTP at /mcp (default {DEFAULT_HTTP}; port 0: a free port, printed).",
 )
 @click.option("--name", help="Name of the upstream given after -- (default: from the command).")
 @click.option("--only", metavar="NAME", help="Wrap only this server of the config.")

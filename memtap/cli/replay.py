@@ -94,6 +94,13 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     )
     for error, count in summary["failures"].items():
         click.echo(f"  failed ({count}): {error}")
+    if "recorded_writes" in summary:
+        w = summary["recorded_writes"]
+        click.echo(
+            f"recorded writes replayed: {w['done']} done, {w['skipped']} skipped, "
+            f"{w['failed']} refused by the target; {summary['probes_refused']} retrievals refused "
+            f"(memtap compare RUN {run} --writes --retrievals)"
+        )
     click.echo(
         f"memory events recorded: {summary['memory_events']} "
         f"({summary['memory_events_without_context']} without run, episode, session and turn)"
@@ -188,8 +195,11 @@ def replay(
 
     With --from-trace DB instead of SUITE, the recorded memory traffic of DB (narrowed by
     --from-run, --namespace, --since, --until) is frozen into a suite beside --db (as
-    `memtap suite from-trace` does) and replayed: its writes in order with their context, then
-    its retrievals with their queries and requesters. `memtap compare` then sets the runs side by side."""
+    `memtap suite from-trace` does) and replayed in recorded order with its context: writes,
+    updates and deletes (an update or delete goes to the target's items made from the same
+    recorded write; one with none is skipped, and why; a call the target refuses is recorded and
+    the run goes on), and retrievals with their queries and requesters. `memtap compare A B
+    --writes --retrievals` then sets two such runs side by side."""
     import anyio
 
     from memtap.probes.readers import make_reader

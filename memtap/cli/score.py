@@ -141,27 +141,27 @@ def score(
     help="Instead: per probe, what each run retrieved (overlap at --k, same first, only-A/B, latency).",
 )
 @click.option(
+    "--writes",
+    is_flag=True,
+    help="Instead: per recorded write of two A/B replays, what each backend did (added, merged, updated, "
+    "deleted, skipped, failed) and its latency. With --retrievals too: both tables.",
+)
+@click.option(
     "--k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="Top k for --retrievals."
 )
 def compare(
     run_a: str, run_b: str, db: Path | None, db_b: Path | None, as_json: bool, markdown: bool,
-    retrievals: bool, k: int,
+    retrievals: bool, writes: bool, k: int,
 ) -> None:  # fmt: skip
     """Paired bootstrap differences (RUN_B minus RUN_A) of every headline measure, over the episodes
     both runs scored. Uses each run's latest stored score, scoring a run that has none.
 
     With --retrievals: per probe both runs answered, what each backend returned (for A/B replays
-    of recorded traffic, which have no gold to score)."""
-    if retrievals:
-        from memtap.scoring.retrievals import compare_retrievals, render_retrievals
-
-        first, second = _open(db), _open(db_b or db)
-        try:
-            found = compare_retrievals(first.conn, run_a, second.conn, run_b, k=k)
-        finally:
-            first.conn.close()
-            second.conn.close()
-        click.echo(json.dumps(found) if as_json else render_retrievals(found))
+    of recorded traffic, which have no gold to score). With --writes: per recorded write of two
+    A/B replays, what each backend did. With both: the writes, then the retrievals (JSON: one object
+    with "writes" and "retrievals")."""
+    if retrievals or writes:
+        _compare_ab(run_a, run_b, db, db_b, as_json, retrievals=retrievals, writes=writes, k=k)
         return
     from memtap.scoring.compare import compare_scores
     from memtap.scoring.report import render_compare
@@ -184,3 +184,28 @@ def compare(
         click.echo(json.dumps(result))
     else:
         click.echo(render_compare(result, markdown=markdown))
+
+
+def _compare_ab(
+    run_a: str, run_b: str, db: Path | None, db_b: Path | None, as_json: bool, *,
+    retrievals: bool, writes: bool, k: int,
+) -> None:  # fmt: skip
+    from memtap.scoring.retrievals import compare_retrievals, render_retrievals
+    from memtap.scoring.writes import compare_writes, render_writes
+
+    found: dict[str, Any] = {}
+    first, second = _open(db), _open(db_b or db)
+    try:
+        if writes:
+            found["writes"] = compare_writes(first.conn, run_a, second.conn, run_b)
+        if retrievals:
+            found["retrievals"] = compare_retrievals(first.conn, run_a, second.conn, run_b, k=k)
+    finally:
+        first.conn.close()
+        second.conn.close()
+    if as_json:
+        both = {"format": "memtap-compare-ab/1", **found}
+        click.echo(json.dumps(both if len(found) == 2 else next(iter(found.values()))))
+        return
+    texts = {"writes": render_writes, "retrievals": render_retrievals}
+    click.echo("\n\n".join(texts[name](value) for name, value in found.items()))

@@ -30,7 +30,10 @@ DEFAULT_HTTP = "127.0.0.1:8750"
 
 @click.command()
 @click.option(
-    "--http", "http", metavar="HOST:PORT", help=f"Serve streamable HTTP at /mcp (default {DEFAULT_HTTP})."
+    "--http",
+    "http",
+    metavar="HOST:PORT",
+    help=f"Serve streamable HTTP at /mcp (default {DEFAULT_HTTP}; port 0: a free port, printed).",
 )
 @click.option("--stdio", is_flag=True, help="Serve MCP over standard input and output.")
 @db_option

@@ -204,9 +204,10 @@ def from_trace(
     trace_db: Path, from_run: str | None, from_namespace: str | None, since: str | None, until: str | None,
     output: str,
 ) -> None:  # fmt: skip
-    """Freeze recorded memory traffic into a suite: one episode per namespace, the writes as turns
-    (in their sessions and order), the retrievals as probes (their queries and requesters), no gold.
-    Deletes, failed calls and updates (kept as writes of the new content) are counted."""
+    """Freeze recorded memory traffic into a suite: one episode per namespace, the writes, updates
+    and deletes as turns (in their sessions and order, each naming its recorded tool and the source
+    items it touched), the retrievals as probes (their queries and requesters), no gold. Failed
+    calls and updates without new content are not carried, and counted."""
     episodes, not_carried = freeze(trace_db, from_run, from_namespace, since, until)
     _write(episodes, output)
     _summary(episodes, output)

@@ -15,7 +15,12 @@ DEFAULT_UI_HTTP = "127.0.0.1:8760"
 @click.command()
 @db_option
 @click.option(
-    "--http", "http", metavar="HOST:PORT", default=DEFAULT_UI_HTTP, show_default=True, help="Serve here."
+    "--http",
+    "http",
+    metavar="HOST:PORT",
+    default=DEFAULT_UI_HTTP,
+    show_default=True,
+    help="Serve here (port 0: a free port, printed).",
 )
 @click.option(
     "--api-key",
@@ -52,6 +57,7 @@ def ui(
     from starlette.responses import JSONResponse, RedirectResponse
     from starlette.routing import Mount, Route
 
+    from memtap.proxy.listen import bound_port, listen
     from memtap.proxy.runtime import Settings
     from memtap.ui import create_ui_app
 
@@ -76,8 +82,13 @@ def ui(
         return JSONResponse({"status": "ok"})
 
     app = Starlette(routes=[Route("/", root), Route("/healthz", healthz), Mount("/ui", app=dashboard)])
+    sock = listen(host, port)  # a port in use is one clear error, before the address is printed
+    port = bound_port(sock)
     click.echo(f"memtap dashboard on http://{host}:{port}/ui/ (trace {path})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 @click.command()

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from memtap.cli.options import db_option, json_option, open_store
+from memtap.cli.options import content_policy_option, db_option, json_option, open_store
 from memtap.errors import ConfigError
 
 if TYPE_CHECKING:
+    from memtap.trace.privacy import TracePrivacy
     from memtap.verify import BackendState
 
 __all__ = ["verify"]
@@ -46,14 +47,27 @@ def _server_state(config_path: Path, name: str) -> BackendState:
     return anyio.run(read)
 
 
+def _privacy(config_path: Path | None, rules: tuple[str, ...]) -> TracePrivacy:
+    """What the serving process applies to every event: --content-policy rules, then the
+    config's memtap.content_policy, and the config's secrets (its keys and credentials)."""
+    from memtap.config import ConfigFile, load_config
+    from memtap.trace.privacy import ContentPolicy, TracePrivacy, parse_policy_rules, secrets_of
+
+    config = load_config(config_path) if config_path is not None else ConfigFile()
+    ordered = [*parse_policy_rules(rules), *config.memtap.content_policy.items()]
+    return TracePrivacy(ContentPolicy(ordered), secrets_of(config, {}, config.mcp_servers.values()))
+
+
 @click.command()
 @db_option
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
-              help="The config whose mcpServers entry --server names.")  # fmt: skip
+              help="The serving config: --server names its mcpServers entry;"
+              " its content policy and secrets apply to --record.")  # fmt: skip
 @click.option("--server", help="The wrapped reference memory server to compare (with --config).")
 @click.option("--builtin", is_flag=True, help="Compare the builtin backend's rows in the database.")
 @click.option("--record", is_flag=True, help="Record the differences as one event with reconciled effects.")
 @click.option("--principal", default="local", show_default=True, help="Principal of the recorded event.")
+@content_policy_option
 @json_option
 def verify(
     db: Path | None,
@@ -62,6 +76,7 @@ def verify(
     builtin: bool,
     record: bool,
     principal: str,
+    content_policy: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Compare a backend's whole state with the items the trace implies.
@@ -69,8 +84,9 @@ def verify(
     Reports every difference (missing in trace, missing in backend, content differs,
     deleted in one only) and exits 1 when there is any, 0 when there is none. With
     --record, the differences are also recorded as one control event whose reconciled
-    effects make the trace's items match the backend. Verify a stopped proxy's server, or
-    expect differences for the writes in flight.
+    effects make the trace's items match the backend, under the same content policy and
+    secret redaction as the serving process (give it the same --config and --content-policy).
+    Verify a stopped proxy's server, or expect differences for the writes in flight.
     """
     from memtap.verify import builtin_state, compare, record_differences, trace_items
 
@@ -85,9 +101,12 @@ def verify(
         differences = compare(state, trace_items(store, backend))
         recorded = None
         if record and differences:
+            privacy = _privacy(config_path, content_policy)
             writer = type(store)(store.path)
             try:
-                recorded = record_differences(writer, backend, state, differences, principal=principal)
+                recorded = record_differences(
+                    writer, backend, state, differences, principal=principal, privacy=privacy
+                )
             finally:
                 writer.close()
     finally:

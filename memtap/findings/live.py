@@ -205,6 +205,7 @@ class LiveFindings:
             error=message,
         )
         try:
+            self.recorder.privacy.apply(event)  # as every recorded call's event: policy and secrets
             self.recorder.submit(event)
         except Exception:
             log.exception("findings notification failure could not be recorded")

@@ -7,8 +7,15 @@ recorded turn, role and speaker (the principal); every recorded retrieval (``mem
 a probe asking its query, by its recorded requester, at its time. There is no gold: a replay
 of the suite is compared with the recorded run (``memtap compare``), not scored against truth.
 
-What the suite format cannot carry is counted, not dropped silently: deletes (a suite has no
-delete step), updates (replayed as a write of the new content), failed calls (not replayed).
+Updates and deletes are turns too, marked in their metadata (``recorded_tool``, and
+``source_id``: the source backend's item they name); a write's turn lists the items it created
+(``source_items``). The replay (``memtap replay``, see :mod:`memtap.probes.ab_replay`) maps each
+source item to the target's items created from the same recorded write, and updates or deletes
+those. A session is cut where the recorded traffic left it (another session's call or a
+retrieval came between): the parts are sessions ``NAME``, ``NAME#2``, ... of the suite, each turn
+keeping its recorded session in ``recorded_session``, so writes and retrievals replay in recorded
+order. What the suite cannot carry is counted, not dropped silently: failed calls (not
+replayed), updates without new content.
 """
 
 from __future__ import annotations
@@ -74,19 +81,32 @@ def select_events(selection: TraceSelection) -> list[TraceEvent]:
     return chosen
 
 
+def _created(event: TraceEvent) -> list[str]:
+    """The source items a recorded write created (its ``add`` effects; else the id it answered)."""
+    added = [e.item_id for e in event.effects if e.kind.value == "add"]
+    if added:
+        return added
+    found = event.result.get("id") if isinstance(event.result, dict) else None
+    return [str(found)] if found is not None else []
+
+
 def _turn_of(event: TraceEvent, n: int) -> dict[str, Any]:
     args = event.arguments
     role = event.context.role.value if event.context.role is not None else "user"
     metadata: dict[str, Any] = {"recorded_event": event.id, "recorded_tool": event.tool}
     if event.context.turn is not None:
         metadata["recorded_turn"] = event.context.turn
-    if event.tool == "memory_update":
-        metadata["updates"] = args.get("id")
+    if event.context.session is not None:
+        metadata["recorded_session"] = event.context.session
+    if event.tool in ("memory_update", "memory_delete"):
+        metadata["source_id"] = str(args.get("id"))
+    else:
+        metadata["source_items"] = _created(event)
     return {
         "turn_id": f"t{n:05d}",
         "role": role if role in TURN_ROLES else "user",
         "speaker": event.context.principal or event.context.namespace,
-        "content": str(args.get("content") or ""),
+        "content": "" if event.tool == "memory_delete" else str(args.get("content") or ""),
         "time": event.started_at.isoformat(),
         "metadata": metadata,
     }
@@ -103,15 +123,11 @@ def episodes_from_trace(
         why = None
         if event.status != "ok":
             why = "failed calls"
-        elif event.tool == "memory_delete":
-            why = "deletes"
         elif event.tool == "memory_update" and not event.arguments.get("content"):
             why = "updates without new content"
         if why is not None:
             skipped[why] = skipped.get(why, 0) + 1
             continue
-        if event.tool == "memory_update":
-            skipped["updates replayed as writes"] = skipped.get("updates replayed as writes", 0) + 1
         by_namespace.setdefault(event.context.namespace, []).append(event)
     selection.not_carried = skipped
     episodes = []
@@ -129,8 +145,11 @@ def _episode(selection: TraceSelection, namespace: str, events: list[TraceEvent]
     probes: list[dict[str, Any]] = []
     people = {namespace}
     n = 0
+    current: tuple[str, str] | None = None  # (recorded session, suite session) of the last write
+    parts: dict[str, int] = {}
     for event in events:
         if event.tool == "memory_search":
+            current = None
             requester = event.context.requester or namespace
             people.add(requester)
             probes.append({
@@ -143,9 +162,13 @@ def _episode(selection: TraceSelection, namespace: str, events: list[TraceEvent]
                              "limit": event.arguments.get("limit")},
             })  # fmt: skip
             continue
-        if not str(event.arguments.get("content") or "").strip():
+        if event.tool != "memory_delete" and not str(event.arguments.get("content") or "").strip():
             continue
-        name = event.context.session or "recorded"
+        recorded = event.context.session or "recorded"
+        if current is None or current[0] != recorded:  # a new part: first write, or after a cut
+            parts[recorded] = parts.get(recorded, 0) + 1
+            current = (recorded, recorded if parts[recorded] == 1 else f"{recorded}#{parts[recorded]}")
+        name = current[1]
         session = sessions.setdefault(
             name, {"session_id": name, "time": event.started_at.isoformat(), "turns": [], "participants": []}
         )

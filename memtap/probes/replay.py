@@ -23,12 +23,13 @@ from typing import Any, TextIO
 
 import anyio
 
+from memtap.probes.ab_replay import RecordedPlayer, ab_summary, is_recorded
 from memtap.probes.dialects import dialect_of
 from memtap.probes.readers import Reader
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Session
 from memtap.probes.suitefile import Suite
-from memtap.probes.targets.base import EpisodeScope, ProbeCall, Target, TurnCall
+from memtap.probes.targets.base import EpisodeScope, ProbeCall, Target, TargetError, TurnCall
 
 __all__ = [
     "PROBE_SESSION",
@@ -218,14 +219,18 @@ class _Player:
     async def _episode(self, episode: Episode, scope: EpisodeScope, timings: dict[str, float]) -> None:
         pending = sorted(episode.probes, key=lambda p: p.time)
         sessions = turns = probes = 0
+        recorded = RecordedPlayer(self.target, self.store, scope) if is_recorded(episode) else None
         for session in episode.sessions:
             while pending and pending[0].time < session.time:
                 await self._probe(episode, scope, pending.pop(0), timings)
                 probes += 1
             t0 = time.perf_counter()
-            for turn in _turn_calls(episode, session):
-                await self.target.mark(scope, turn)
-                await self.target.ingest_turn(scope, turn)
+            for turn, call in zip(session.turns, _turn_calls(episode, session), strict=True):
+                await self.target.mark(scope, call)
+                if recorded is not None:  # a recorded call: writes, updates, deletes (ab_replay.py)
+                    await recorded.play(turn, call)
+                else:
+                    await self.target.ingest_turn(scope, call)
                 turns += 1
             timings["ingest_ms"] += (time.perf_counter() - t0) * 1000
             sessions += 1
@@ -248,7 +253,19 @@ class _Player:
         # The replay clock marks the probe too, so the memory calls an agent makes on its own while it
         # answers are attributed to it (session "probes", turn PROBE_ID), as the builtin target's are.
         await self.target.mark(scope, probe_turn(probe, requester))
-        result = await self.target.ask_probe(scope, call, limit=self.plan.limit)
+        try:
+            result = await self.target.ask_probe(scope, call, limit=self.plan.limit)
+        except TargetError as exc:
+            if not is_recorded(episode):
+                raise
+            # a recorded retrieval the target refused: recorded, and the A/B run goes on
+            self.store.record_probe(
+                scope.run, scope.episode, scope.attempt, probe_id=probe.probe_id, probe_type=probe.type,
+                requester=requester, answer=None, retrieved=[], retrieve_ms=None, reader_ms=None,
+                status="failed", error=str(exc),
+            )  # fmt: skip
+            self.progress.add("probes")
+            return
         t0 = time.perf_counter()
         dialect = dialect_of(episode)  # the field names the episode's published scorer reads
         if self.reader.blocking:
@@ -314,6 +331,7 @@ async def replay_suite(
         summary["sessions_played"] = played
         summary["sessions_per_s"] = round(played / summary["wall_s"], 2) if summary["wall_s"] else None
         summary.update(_trace_check(store, plan.run_id))
+        summary.update(ab_summary(store, plan.run_id))
         store.end_run(plan.run_id, status, summary)
     return summary
 

@@ -238,6 +238,36 @@ class RunStore:
             ],
         )
 
+    def record_write(
+        self,
+        run_id: str,
+        episode_id: str,
+        attempt: int,
+        *,
+        turn_id: str,
+        recorded_event: str | None,
+        tool: str,
+        status: str,
+        why: str | None,
+        source_items: list[str],
+        target_items: list[str],
+        ms: float | None,
+    ) -> None:
+        """One recorded write, update or delete as an A/B replay played it (``run_writes``)."""
+        self._exec(
+            "INSERT OR REPLACE INTO run_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, episode_id, attempt, turn_id, recorded_event, tool, status, why,
+             json.dumps(source_items), json.dumps(target_items), None if ms is None else round(ms, 3),
+             _now()],
+        )  # fmt: skip
+
+    def write_counts(self, run_id: str) -> dict[str, int]:
+        """The run's recorded writes by status (``done``, ``skipped``, ``failed``); empty for a suite."""
+        rows = self._exec(
+            "SELECT status, count(*) FROM run_writes WHERE run_id = ? GROUP BY status", [run_id]
+        ).fetchall()
+        return {status: n for status, n in rows}
+
     # -- reading back --------------------------------------------------------------------------
 
     def summary(self, run_id: str) -> dict[str, Any]:

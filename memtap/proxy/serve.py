@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from types import FrameType
 
 import anyio
 
+from memtap.proxy.listen import bound_port, listen
 from memtap.proxy.runtime import Runtime, Settings
 from memtap.trace.otel import configure_tracing
 
@@ -81,6 +83,7 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
         for handler in logging.getLogger().handlers:
             handler.addFilter(redacting)
         set_span_redactor(runtime.recorder.privacy.redact)
+    sockets: list[socket.socket] = []
     try:
         uvicorn_server = None
         if http is not None:
@@ -89,6 +92,9 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
             from memtap.proxy.app import create_app
 
             host, port = http
+            sock = listen(host, port)  # a port in use is one clear error, before "serving"
+            sockets.append(sock)
+            port = bound_port(sock)
             config = uvicorn.Config(
                 create_app(runtime, host=host),
                 host=host,
@@ -119,10 +125,12 @@ async def serve(settings: Settings, *, http: tuple[str, int] | None, stdio: bool
             async with upstreams, anyio.create_task_group() as tg:
                 cancels.append(tg.cancel_scope.cancel)
                 if uvicorn_server is not None:
-                    tg.start_soon(uvicorn_server.serve)
+                    tg.start_soon(uvicorn_server.serve, sockets)
                 if stdio:
                     await _serve_stdio(runtime)
                     if uvicorn_server is not None:
                         uvicorn_server.should_exit = True
     finally:
+        for sock in sockets:
+            sock.close()
         await runtime.aclose()

@@ -10,7 +10,10 @@ backends that keep the same text under different ids agree. Per probe:
   (1.0 when both returned nothing);
 - ``same_first``: whether both put the same content first;
 - ``only_a`` / ``only_b``: the contents only one of them returned in its top k;
-- ``ms_a`` / ``ms_b``: each probe's retrieval time as the replay measured it.
+- ``ms_a`` / ``ms_b``: each probe's retrieval time as the replay measured it;
+- ``gate_a`` / ``gate_b``: the access gate's verdict on the probe's retrieval as recorded (for
+  example ``observe:would-deny=1``; None when the gate had nothing to say or did not run);
+- ``refused_a`` / ``refused_b``: the target's error when it refused the retrieval (None when not).
 """
 
 from __future__ import annotations
@@ -33,15 +36,23 @@ def _fold(text: str) -> str:
 
 def _probes(conn: sqlite3.Connection, run: str) -> dict[tuple[str, str], dict[str, Any]]:
     rows = conn.execute(
-        "SELECT episode_id, probe_id, attempt, retrieved, retrieve_ms FROM run_probes WHERE run_id = ?"
-        " ORDER BY attempt",
+        "SELECT episode_id, probe_id, attempt, retrieved, retrieve_ms, status, error FROM run_probes"
+        " WHERE run_id = ? ORDER BY attempt",
         [run],
     ).fetchall()
     if not rows:
         raise ScoringError(f"run {run!r} has no answered probes in this database")
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for episode, probe, _attempt, retrieved, ms in rows:  # the latest attempt wins
-        found[(episode, probe)] = {"ids": json.loads(retrieved), "ms": ms}
+    for episode, probe, _attempt, retrieved, ms, status, error in rows:  # the latest attempt wins
+        found[(episode, probe)] = {"ids": json.loads(retrieved), "ms": ms, "status": status, "error": error,
+                                   "gate": None}  # fmt: skip
+    for episode, probe, gate in conn.execute(  # the gate's verdict on the probe's retrievals, the latest
+        "SELECT episode, turn, gate FROM events WHERE run_id = ? AND session = 'probes' AND op = 'retrieve'"
+        " AND gate IS NOT NULL ORDER BY id",
+        [run],
+    ):
+        if (episode, probe) in found:
+            found[(episode, probe)]["gate"] = gate
     contents: dict[str, str] = {}
     for item, content in conn.execute(
         "SELECT f.item_id, f.content_after FROM events e JOIN effects f ON f.event_id = e.id"
@@ -72,6 +83,8 @@ def compare_retrievals(
             "same_first": bool(top_a and top_b and top_a[0] == top_b[0]) or not (top_a or top_b),
             "only_a": [c for c in top_a if c not in both], "only_b": [c for c in top_b if c not in both],
             "ms_a": a[(episode, probe)]["ms"], "ms_b": b[(episode, probe)]["ms"],
+            "gate_a": a[(episode, probe)]["gate"], "gate_b": b[(episode, probe)]["gate"],
+            "refused_a": _refused(a[(episode, probe)]), "refused_b": _refused(b[(episode, probe)]),
         })  # fmt: skip
     ms_a = [p["ms_a"] for p in probes if p["ms_a"] is not None]
     ms_b = [p["ms_b"] for p in probes if p["ms_b"] is not None]
@@ -102,9 +115,19 @@ def render_retrievals(result: dict[str, Any]) -> str:
     for p in result["probes"]:
         lines.append(f"{p['episode']} {p['probe']}: overlap@{k} {p['overlap_at_k']:.2f}"
                      f"{'' if p['same_first'] else ', different first'}")  # fmt: skip
+        for side in ("a", "b"):
+            if p[f"refused_{side}"]:
+                lines.append(f"  {side.upper()} refused: {p[f'refused_{side}']}")
+        gates = (p["gate_a"], p["gate_b"])
+        if gates[0] != gates[1] or any(g and not g.endswith(":allow") for g in gates):
+            lines.append(f"  gate A: {gates[0] or '-'}, B: {gates[1] or '-'}")
         lines.extend(f"  only A: {c}" for c in p["only_a"])
         lines.extend(f"  only B: {c}" for c in p["only_b"])
     return "\n".join(lines)
+
+
+def _refused(probe: dict[str, Any]) -> str | None:
+    return None if probe["status"] == "ok" else str(probe["error"] or probe["status"])
 
 
 def _ms(value: float | None) -> str:

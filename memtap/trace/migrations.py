@@ -441,3 +441,54 @@ def m021_create_denials_index(db: Database) -> None:
         "(status = 'error' AND (error LIKE '%may not %' OR error LIKE '%contradicts%')) "
         "OR gate LIKE 'observe:would-deny%' OR gate LIKE 'enforce:withheld=%'"
     )
+
+
+@MIGRATIONS()
+def m028_partial_event_indexes(db: Database) -> None:
+    """Index only the events a filter can find, so a live call writes fewer index pages.
+
+    A call from a live client carries no run and often no session, and most calls end
+    ``ok``: the run, session and status indexes became partial (``run_id IS NOT NULL``,
+    ``session IS NOT NULL``, ``status <> 'ok'``). ``run_id = ?`` and ``session = ?`` imply
+    ``IS NOT NULL``, so every query that used them still does; the dashboard's status filter
+    adds ``status <> 'ok'`` for any other status so SQLite can use the partial index, and
+    finds ``ok`` events newest first along the table itself (most events are ``ok``).
+    Each index is a page written with every recorded call: a live call now writes four
+    fewer (about 20 pages per durable commit before, 16 after)."""
+    for name, sql in (
+        ("events_run", "events(run_id, episode, session) WHERE run_id IS NOT NULL"),
+        ("events_run_id_id", "events(run_id, id) WHERE run_id IS NOT NULL"),
+        ("events_session_id", "events(session, id) WHERE session IS NOT NULL"),
+        ("events_status_id", "events(status, id) WHERE status <> 'ok'"),
+    ):
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+        db.execute(f"CREATE INDEX {name} ON {sql}")
+
+
+@MIGRATIONS()
+def m025_create_run_writes(db: Database) -> None:
+    """What an A/B replay of recorded traffic (``replay --from-trace``) did with each recorded
+    write, update and delete: ``status`` ``done``, ``skipped`` (with ``why``: an update or delete
+    whose source item has no item on the target) or ``failed`` (the target refused the call: its
+    error in ``why``); the source item ids the recorded call touched, the target item ids the
+    replayed call touched (JSON lists), and its time. ``memtap compare --writes`` reads it with the
+    run's events. (Numbered 025, merged after 028: it follows 028 in the list.)"""
+    db.execute(
+        """
+        CREATE TABLE run_writes (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            episode_id TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            turn_id TEXT NOT NULL,
+            recorded_event TEXT,
+            tool TEXT NOT NULL,
+            status TEXT NOT NULL,
+            why TEXT,
+            source_items TEXT NOT NULL,
+            target_items TEXT NOT NULL,
+            ms REAL,
+            at TEXT NOT NULL,
+            PRIMARY KEY (run_id, episode_id, attempt, turn_id)
+        )
+        """
+    )

@@ -252,6 +252,13 @@ class TracePrivacy:
         if policy != "full":
             query = None
             self._reduce_event(event, policy)
+        elif any(e.namespace not in (None, event.context.namespace) for e in event.effects):
+            # An event of a full namespace with effects in others (reconciliation, verify --record):
+            # each such effect under its own namespace's policy.
+            event.effects = [
+                e if e.namespace in (None, event.context.namespace) else self._reduce_effect(e, event, policy)
+                for e in event.effects
+            ]
         if self.secrets:
             self._redact_event(event)
             query = self.redact(query) if query is not None else None

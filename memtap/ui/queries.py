@@ -18,6 +18,9 @@ __all__ = ["EVENT_FILTERS", "LIVE_BATCH", "PAGE", "Reader", "event_summary", "lo
 PAGE = 50
 LIVE_BATCH = 500  # the most events one poll of the live view returns; it polls again at once when full
 EVENT_FILTERS = ("op", "namespace", "session", "principal", "upstream", "run_id", "status")
+# Word for word the WHERE of the partial index events_status_id (m028): SQLite uses a partial
+# index only for a query whose WHERE holds its terms.
+NOT_OK_SQL = "status <> 'ok'"
 # Word for word the WHERE of the partial index events_denials (migration m021): SQLite uses the
 # index only for this exact expression (tests/test_ui_pages.py checks the plan).
 DENIAL_SQL = (
@@ -114,6 +117,8 @@ class Reader:
             if filters.get(name):
                 clauses.append(f"{name} = ?")
                 params.append(filters[name])
+        if filters.get("status") and filters["status"] != "ok":
+            clauses.append(NOT_OK_SQL)  # the events_status_id index holds only these (m028)
         if where:
             clauses.append(f"({where})")
         if after is not None:

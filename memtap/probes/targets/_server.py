@@ -1,10 +1,12 @@
 """Starting and stopping a ``memtap serve --http`` (or ``memtap proxy --http``) of the replay's own,
-on a free port."""
+on a free port: the child binds port 0 and says which port it got (``announced_port``), so no
+other process can take the port between choosing it and binding it."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,13 +14,16 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from memtap.probes.targets.base import TargetError
 
-__all__ = ["MemtapServer", "free_port", "health", "wait_healthy"]
+__all__ = ["MemtapServer", "announced_port", "free_port", "health", "wait_healthy"]
+
+# What `memtap serve`/`proxy` (MCP) and `memtap ui` print once their socket is bound.
+_ANNOUNCED = re.compile(r"(?:serving MCP at|dashboard on) http://\S+?:(\d+)/")
 
 
 def free_port() -> int:
@@ -30,6 +35,22 @@ def free_port() -> int:
 def health(base_url: str, timeout: float = 2.0) -> dict[str, Any]:
     with urllib.request.urlopen(f"{base_url}/healthz", timeout=timeout) as resp:
         return dict(json.load(resp))
+
+
+def announced_port(
+    output: Callable[[], str], proc: subprocess.Popen[bytes], timeout: float = 30.0
+) -> int | None:
+    """The port a memtap child started with ``--http HOST:0`` bound, read from its standard
+    error (``output`` returns what it wrote so far); None if it exited or said nothing in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = _ANNOUNCED.search(output())
+        if found:
+            return int(found.group(1))
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.02)
+    return None
 
 
 def wait_healthy(
@@ -71,8 +92,6 @@ class MemtapServer:
         self.health: dict[str, Any] | None = None
 
     def start(self, timeout: float = 30.0) -> str:
-        port = free_port()
-        self.base_url = f"http://127.0.0.1:{port}"
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server runs; stop() closes it)
         cmd = [
             sys.executable,
@@ -80,7 +99,7 @@ class MemtapServer:
             "memtap",
             self.command,
             "--http",
-            f"127.0.0.1:{port}",
+            "127.0.0.1:0",
             "--db",
             str(self.db),
         ]
@@ -88,7 +107,13 @@ class MemtapServer:
         self.proc = subprocess.Popen(
             [*cmd, *self.extra], stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True, env=env
         )
-        self.health = wait_healthy(self.base_url, self.proc, timeout)
+        started = time.monotonic()
+        port = announced_port(self.stderr, self.proc, timeout)
+        self.base_url = f"http://127.0.0.1:{port}"
+        if port is not None:
+            self.health = wait_healthy(
+                self.base_url, self.proc, max(1.0, timeout - (time.monotonic() - started))
+            )
         if self.health is not None:
             return f"{self.base_url}/mcp"
         if self.proc.poll() is not None:
@@ -101,8 +126,9 @@ class MemtapServer:
     def stderr(self) -> str:
         if self.log is None:
             return ""
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace").strip()
+        # pread: the child writes through the same file offset, which a seek here would move
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace").strip()
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM (the server flushes its trace), then wait; returns the exit code."""

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from memtap.probes.ab_replay import WriteOutcome
 from memtap.probes.targets._server import MemtapServer, health
 from memtap.probes.targets.base import (
     Actor,
@@ -160,18 +161,53 @@ class BuiltinTarget:
             raise TargetError(f"{tool} failed: {_error_text(result)}")
         return result.structured_content or {}
 
-    async def ingest_turn(self, scope: EpisodeScope, turn: TurnCall) -> None:
-        if not turn.content.strip():
-            return
+    @staticmethod
+    def _add_args(turn: TurnCall) -> dict[str, Any]:
         metadata = {"speaker": turn.speaker, "time": turn.time, "phase": turn.phase}
-        args = {
+        return {
             "content": turn.content,
             "metadata": {k: v for k, v in metadata.items() if v is not None},
             "access": turn.access,
         }
-        await self._call(
-            scope, "memory_add", args, {"session": turn.session, "turn": turn.turn, "role": turn.role}
-        )
+
+    async def ingest_turn(self, scope: EpisodeScope, turn: TurnCall) -> None:
+        if not turn.content.strip():
+            return
+        meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
+        await self._call(scope, "memory_add", self._add_args(turn), meta)
+
+    # -- recorded traffic (A/B replay, memtap.probes.ab_replay) ------------------------------------
+
+    async def _recorded(
+        self, scope: EpisodeScope, turn: TurnCall, tool: str, args: dict[str, Any]
+    ) -> tuple[WriteOutcome, dict[str, Any]]:
+        _, client = self._episodes[scope.namespace]
+        meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
+        started = time.perf_counter()
+        result = await client.call_tool(tool, args, meta=cast(Any, {"memtap": meta}))
+        ms = (time.perf_counter() - started) * 1000
+        if result.is_error:
+            return WriteOutcome(False, ms=ms, error=f"{tool} refused: {_error_text(result)}"), {}
+        return WriteOutcome(True, ms=ms), result.structured_content or {}
+
+    async def write_recorded(self, scope: EpisodeScope, turn: TurnCall) -> WriteOutcome:
+        """A recorded write: ``memory_add``; the items it created (mem0: one per stored fact)."""
+        outcome, found = await self._recorded(scope, turn, "memory_add", self._add_args(turn))
+        if found.get("id") is not None:
+            outcome.items = [str(found["id"])]
+        else:
+            outcome.items = [str(r["id"]) for r in found.get("results") or [] if r.get("id") is not None]
+        return outcome
+
+    async def update_recorded(self, scope: EpisodeScope, turn: TurnCall, item: str) -> WriteOutcome:
+        outcome, _ = await self._recorded(scope, turn, "memory_update", {"id": item, "content": turn.content})
+        outcome.items = [item] if outcome.ok else []
+        return outcome
+
+    async def delete_recorded(self, scope: EpisodeScope, turn: TurnCall, item: str) -> WriteOutcome:
+        outcome, _ = await self._recorded(scope, turn, "memory_delete", {"id": item})
+        outcome.items = [item] if outcome.ok else []
+        return outcome
 
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
         started = time.perf_counter()

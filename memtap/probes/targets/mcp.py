@@ -54,6 +54,7 @@ from memtap.adapters.profiles import Profile, detect_profile, find_profile
 from memtap.errors import ConfigError
 from memtap.probes.targets._server import MemtapServer
 from memtap.probes.targets.base import EpisodeScope, ProbeCall, ProbeResult, Retrieved, TargetError, TurnCall
+from memtap.probes.targets.mcp_recorded import RecordedObservations
 
 __all__ = ["McpTarget", "parse_mcp_spec"]
 
@@ -97,9 +98,10 @@ class _Episode:
     tools: dict[str, dict[str, Any]]
     profile: Profile
     speakers: set[str] = field(default_factory=set)
+    observations: dict[str, tuple[str, str]] = field(default_factory=dict)  # replayed: id -> (entity, text)
 
 
-class McpTarget:
+class McpTarget(RecordedObservations):
     name = "mcp"
 
     def __init__(self, spec: str, db: Path) -> None:
