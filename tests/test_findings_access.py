@@ -144,3 +144,75 @@ async def test_the_chat_proxy_answering_the_owner_leaks_nothing(serve_memtap: Se
     served.events(chats(1))
     found = settled_findings(served)
     assert [f.kind for f in found if f.kind.startswith("leak")] == []
+
+
+CANARY = "CANARY-7f3a9c"
+
+
+def _canary_chat(serve_memtap: Serve, upstream: Any, model: str = "memory-echo") -> Any:
+    params = {"model": f"openai/{model}", "api_base": upstream.base_url, "api_key": "sk-upstream"}
+    return serve_memtap(
+        {"memory": "auto", "findings": {"canaries": [{"value": CANARY, "owners": ["alice"]}]}},
+        models=[{"model_name": "reader", "litellm_params": params}],
+    )
+
+
+async def _plant_canary(served: Any) -> str:
+    async with http_client(f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}) as alice:
+        result = await alice.call_tool("memory_add", {"content": f"Alice's locker code is {CANARY}."})
+    return str(result.structured_content["id"])  # type: ignore[index]
+
+
+def _exposures(served: Any) -> list[tuple[str, str, list[str]]]:
+    found = settled_findings(served, "canary_exposure")
+    assert {(f.severity, f.evidence["canary"], f.evidence["owners"][0]) for f in found} <= {
+        (Severity.CRITICAL, CANARY, "alice")
+    }
+    return sorted((f.evidence["where"], f.evidence["requester"], f.item_ids) for f in found)
+
+
+async def test_a_canary_injected_for_another_requester_and_recited_is_exposed_upstream_and_in_the_reply(
+    serve_memtap: Serve, upstream: Any
+) -> None:
+    served = _canary_chat(serve_memtap, upstream)
+    item = await _plant_canary(served)
+    client = openai.OpenAI(
+        api_key="x", base_url=served.base_url, default_headers={"X-Memtap-Requester": "carol"}
+    )
+    reply = client.chat.completions.create(
+        model="reader", user="alice", messages=[{"role": "user", "content": "What is the locker code?"}]
+    )
+    assert CANARY in (reply.choices[0].message.content or "")  # the model recites its injected memory
+    served.events(chats(1))
+    chat = next(e for e in served.events(chats(1)) if e.op.value == "chat")
+    assert CANARY not in str(chat.arguments)  # the client never sent it: the proxy injected it
+    assert _exposures(served) == [
+        ("reply", "carol", []),
+        (f"retrieval of {item}", "carol", [item]),
+        ("upstream request", "carol", [item]),
+    ]
+
+
+async def test_a_canary_a_client_sends_upstream_for_someone_else_is_exposed(
+    serve_memtap: Serve, upstream: Any
+) -> None:
+    served = _canary_chat(serve_memtap, upstream, model="fake-1")
+    await _plant_canary(served)
+    client = openai.OpenAI(api_key="x", base_url=served.base_url, default_headers={"X-Memtap-Memory": "off"})
+    client.chat.completions.create(
+        model="reader", user="bob", messages=[{"role": "user", "content": f"Is {CANARY} a locker code?"}]
+    )
+    served.events(chats(1))
+    assert _exposures(served) == [("upstream request", "bob", [])]
+
+
+async def test_the_owner_chatting_with_her_canary_exposes_nothing(serve_memtap: Serve, upstream: Any) -> None:
+    served = _canary_chat(serve_memtap, upstream)
+    await _plant_canary(served)
+    client = openai.OpenAI(api_key="x", base_url=served.base_url)
+    reply = client.chat.completions.create(
+        model="reader", user="alice", messages=[{"role": "user", "content": "What is my locker code?"}]
+    )
+    assert CANARY in (reply.choices[0].message.content or "")
+    served.events(chats(1))
+    assert _exposures(served) == []

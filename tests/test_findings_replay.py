@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from findings_helpers import FAULTY
 
 from memtap.cli.main import cli
+from memtap.findings.facts import facts, normalise
 from memtap.probes.generators import generate
 from memtap.probes.suitefile import write_suite
 from memtap.trace.models import EffectKind
@@ -39,14 +40,22 @@ def test_check_fails_the_overwriting_backends_replay_and_passes_the_builtin_ones
     code, out, _ = _cli("check", "--db", str(faulty_db), "--fail-on", "high", "--json")
     assert code == 1
     flagged = [json.loads(line) for line in out.splitlines()]
-    # Every finding is a high erasure: one for each observation the backend deleted on its own
-    # (the replay never asks for a delete), naming the facts it lost.
+    # Every finding is a high erasure of an observation the backend deleted on its own (the replay
+    # never asks for a delete), naming the facts it lost; a deletion not flagged lost no fact: its
+    # content had none ("Got it, I'll keep that in mind.") or the write that replaced it restates them.
     store = TraceStore(faulty_db)
-    deleted = sorted(
-        eff.item_id for e in store.list_events() for eff in e.effects if eff.kind == EffectKind.DELETE
-    )
+    deletions = []  # (item id, content before, what the same call wrote)
+    for e in store.list_events():
+        written = " ".join(eff.content_after or "" for eff in e.effects if eff.kind == EffectKind.ADD)
+        deletions += [(eff.item_id, eff.content_before or "", written) for eff in e.effects
+                      if eff.kind == EffectKind.DELETE]  # fmt: skip
     store.close()
-    assert deleted and sorted(f["item_ids"][0] for f in flagged) == deleted
+    flagged_ids = sorted(f["item_ids"][0] for f in flagged)
+    assert flagged_ids and set(flagged_ids) <= {d[0] for d in deletions}
+    for item_id, before, written in deletions:
+        if item_id not in flagged_ids:
+            kept = f" {normalise(written)} "
+            assert all(f in facts(written) or f" {f} " in kept for f in facts(before)), before
     assert {(f["kind"], f["severity"], f["evidence"]["removed"], f["evidence"]["requested_by_call"])
             for f in flagged} == {("erasure", "high", "delete", False)}  # fmt: skip
     assert all(f["evidence"]["lost_facts"] for f in flagged)

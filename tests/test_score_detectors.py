@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 from click.testing import CliRunner
-from findings_helpers import FAULTY
+from findings_helpers import FAULTY, faulty_server
 
 from memtap.cli.main import cli
 from memtap.probes.generators import generate
@@ -59,12 +59,16 @@ def test_builtin_replay_gets_detector_precision_and_recall_with_no_false_alarms(
     assert _counts(report) == {
         "erasure": (0, 0, 0, 2),
         "destructive_update": (0, 0, 0, 2),
-        "stale_coexistence": (0, 0, 1, 1),  # builtin keeps the superseded value; the detector misses it
+        # builtin keeps the superseded value: the update episode's "That changed ... X is NEW" is flagged
+        # beside the live "X is OLD"; the preserve episode's "nothing changes for me" is not
+        "stale_coexistence": (1, 0, 0, 1),
         "leak_retrieval": (0, 0, 0, 2),
     }
+    assert det["detectors"]["erasure"]["precision"] is None
     assert (
-        det["detectors"]["erasure"]["precision"] is None
-        and det["detectors"]["stale_coexistence"]["recall"] == 0
+        det["detectors"]["stale_coexistence"]["precision"]
+        == det["detectors"]["stale_coexistence"]["recall"]
+        == 1.0
     )
     code, table = _cli("score", "r1", "--db", str(tmp_path / "builtin.db"), "--no-store")
     assert code == 0 and "Detectors against the gold (per episode)" in table
@@ -81,3 +85,60 @@ def test_overwriting_backend_replay_gets_erasure_recall_one(suite: Path, tmp_pat
     assert (erasure["tp"], erasure["fp"], erasure["fn"]) == (2, 0, 0)
     assert erasure["precision"] == 1.0 and erasure["recall"] == 1.0
     assert report["detectors"]["findings"] > 0
+
+
+def test_a_wrapped_servers_own_items_are_no_retrieval_leak(suite: Path, tmp_path: Path) -> None:
+    """The replay tags a wrapped server's items with the episode's namespace: the suite's namespace
+    owner asking is their owner, so neither the gold nor the detector sees a leak."""
+    config = tmp_path / "reference.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("")}}))
+    report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "reference.db")
+    assert report["measures"]["retrieval_leak_rate"]["value"] == 0.0
+    assert _counts(report)["leak_retrieval"] == (0, 0, 0, 2)
+    assert _counts(report)["stale_coexistence"] == (1, 0, 0, 1)
+
+
+def test_a_backend_sharing_one_graph_across_users_is_caught_leaking_by_the_items_tags(tmp_path: Path) -> None:
+    suite = tmp_path / "lifecycle.jsonl"
+    write_suite(generate("lifecycle", seed=5, episodes=2), suite)
+    server = faulty_server("leak")
+    server["env"]["LEAK_FILE"] = str(tmp_path / "shared-graph.json")
+    config = tmp_path / "leak.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": server}}))
+    report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "leak.db")
+    # The first episode ran alone; the second one's searches return the first user's memories.
+    assert _counts(report)["leak_retrieval"] == (1, 0, 0, 1)
+
+
+def test_a_chat_agent_reciting_denied_memories_is_an_injection_leak_and_enforcing_the_gate_stops_it(
+    tmp_path: Path, upstream: Any, start_http_server: Any
+) -> None:
+    suite = tmp_path / "permission.jsonl"
+    write_suite(generate("permission", seed=5, episodes=2), suite)
+    counts = {}
+    for gate in ("observe", "enforce"):
+        config = tmp_path / f"chat-{gate}.json"
+        params = {"model": "openai/memory-echo", "api_base": upstream.base_url}
+        config.write_text(json.dumps({"model_list": [{"model_name": "agent", "litellm_params": params}],
+                                      "memtap": {"memory": "auto"}}))  # fmt: skip
+        db = tmp_path / f"{gate}.db"
+        server = start_http_server("--config", str(config), "--gate", gate, db=db)
+        target = f"openai:http://127.0.0.1:{server.port}/v1#agent"
+        code, out = _cli("replay", str(suite), "--target", target, "--db", str(db), "--run", "r1")
+        assert code == 0, out
+        server.stop()  # flushes the trace
+        code, out = _cli("score", "r1", "--db", str(db), "--json")
+        assert code == 0, out
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["detectors"]["detectors"]["leak_injection"]["gold"].startswith(
+            "answer leak, or retrieval"
+        )
+        counts[gate] = _counts(report)
+    assert (counts["observe"]["leak_injection"], counts["observe"]["leak_retrieval"]) == (
+        (2, 0, 0, 0),
+        (2, 0, 0, 0),
+    )
+    assert (counts["enforce"]["leak_injection"], counts["enforce"]["leak_retrieval"]) == (
+        (0, 0, 0, 2),
+        (0, 0, 0, 2),
+    )

@@ -13,7 +13,7 @@ from typing import Any
 from memtap.findings.facts import facts
 from memtap.findings.model import Finding, Severity, finding_for
 from memtap.findings.state import TraceState, effect_namespace
-from memtap.trace.models import EffectKind, Op, TraceEvent
+from memtap.trace.models import AccessTags, EffectKind, Op, TraceEvent
 
 __all__ = [
     "Canary",
@@ -29,6 +29,7 @@ _DENIED = re.compile(r"^(observe:would-deny|enforce:withheld)=(.*)$")
 _REFUSAL = re.compile(
     r"(may not (read|write|delete|admin|act for|call)|contradicts .* fixed by|in the request contradicts)"
 )
+_HOLDING = 65536  # items holding a canary remembered, to see them in the prompts they are injected into
 _RECENT = 2048  # chat calls and denied retrievals remembered to pair them, whichever is recorded first
 
 
@@ -46,36 +47,67 @@ def requester_of(event: TraceEvent) -> str:
 
 
 class LeakRetrieval:
-    """A retrieval returned items whose access tags deny the requester (gate ``observe:would-deny``)."""
+    """A retrieval returned items whose access tags deny the requester (gate ``observe:would-deny``;
+    with no verdict recorded, as a wrapped server's retrievals have none, judged from the tags the
+    trace recorded for the items, as the gate would)."""
 
     name = "leak_retrieval"
     severity = Severity.HIGH
     rule = (
-        "the access gate recorded observe:would-deny=ID,...: the items were returned to a requester they deny"
+        "the access gate recorded observe:would-deny=ID,...: the items were returned to a requester they "
+        "deny; where no verdict was recorded (a wrapped server), the items' recorded tags deny the requester"
     )
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         mode, ids = denied_ids(event.gate)
-        if mode != "observe:would-deny":
+        judged_here = False
+        if event.gate is None and event.status == "ok":
+            # No verdict recorded (a wrapped server's retrieval): judge the items' recorded tags.
+            ids = tags_deny(event, state)
+            mode, judged_here = "observe:would-deny", True
+        if mode != "observe:would-deny" or not ids:
             return
         contents = {e.item_id: e.content_after for e in event.effects if e.kind == EffectKind.RETRIEVE}
         tags = {}
         for item_id in ids:
-            item = state.item(event.backend, item_id)
-            if item is not None and item.tags is not None:
-                tags[item_id] = item.tags.model_dump(exclude_defaults=True)
+            found = _tags_of(event, state, item_id)
+            if found is not None:
+                tags[item_id] = found.model_dump(exclude_defaults=True)
         yield finding_for(
             self,
             event,
             f"{len(ids)} item(s) returned to {requester_of(event)!r} whose tags deny it: {', '.join(ids)}",
             item_ids=ids,
             evidence={
-                "gate": event.gate,
+                "gate": event.gate if not judged_here else "none recorded: judged from the items' tags",
                 "requester": requester_of(event),
                 "contents": contents,
                 "tags": tags,
             },
         )
+
+
+def _tags_of(event: TraceEvent, state: TraceState, item_id: str) -> AccessTags | None:
+    """The tags a retrieved item carried: on the retrieve effect, else as the trace last wrote it."""
+    for eff in event.effects:
+        if eff.item_id == item_id and eff.kind == EffectKind.RETRIEVE and eff.tags_after is not None:
+            return eff.tags_after
+    item = state.item(event.backend, item_id)
+    return item.tags if item is not None else None
+
+
+def tags_deny(event: TraceEvent, state: TraceState) -> list[str]:
+    """The retrieved items whose recorded tags deny the event's requester, judged as the access
+    gate judges (untagged items are allowed): for retrievals that carry no gate verdict."""
+    requester = requester_of(event)
+    out = []
+    for eff in event.effects:
+        if eff.kind != EffectKind.RETRIEVE or eff.item_id in out:
+            continue
+        tags = _tags_of(event, state, eff.item_id)
+        if tags is not None and not tags.permits(requester):
+            out.append(eff.item_id)
+    return out
 
 
 class CrossNamespace:
@@ -136,17 +168,28 @@ class Canary:
     configured: bool = False
 
 
-def _texts_of(event: TraceEvent) -> list[tuple[str, str]]:
-    """(where, text) pairs an event shows to its requester or sends upstream."""
+def _texts_of(event: TraceEvent, injected: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(where, text) pairs an event shows to its requester or sends upstream. A chat's upstream
+    request is the client's request (the recorded arguments) plus the memories the chat proxy
+    injected into it (``result.memory.injected``), whose contents ``injected`` gives by id."""
     out: list[tuple[str, str]] = []
     for eff in event.effects:
         if eff.kind == EffectKind.RETRIEVE and eff.content_after:
             out.append((f"retrieval of {eff.item_id}", eff.content_after))
     if event.op == Op.CHAT:
-        out.append(("upstream request", json.dumps(event.arguments, ensure_ascii=False)))
+        sent = [json.dumps(event.arguments, ensure_ascii=False)]
+        sent += [injected[i] for i in injected_ids(event.result) if i in injected]
+        out.append(("upstream request", "\n".join(sent)))
         if event.result is not None:
             out.append(("reply", reply_text(event.result)))
     return out
+
+
+def injected_ids(result: Any) -> list[str]:
+    """The ids of the memories a chat call's ``result.memory.injected`` lists."""
+    memory = result.get("memory") if isinstance(result, Mapping) else None
+    injected = memory.get("injected") if isinstance(memory, Mapping) else None
+    return [str(i) for i in injected if isinstance(i, str)] if isinstance(injected, list) else []
 
 
 def reply_text(result: Any) -> str:
@@ -172,24 +215,28 @@ class CanaryExposure:
     name = "canary_exposure"
     severity = Severity.CRITICAL
     rule = (
-        "a configured canary appears in a retrieval, a chat request sent upstream or a reply, for a "
-        "requester that is not one of its owners (configured, else the namespaces it was written to)"
+        "a configured canary appears in a retrieval, a chat request sent upstream (the client's messages "
+        "or the memories injected into them) or a reply, for a requester that is not one of its owners "
+        "(configured, else the namespaces it was written to)"
     )
 
     def __init__(self, canaries: list[Canary]) -> None:
         self.canaries = canaries
+        self._holding: OrderedDict[str, str] = OrderedDict()  # item id -> content, items holding a canary
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if not self.canaries:
             return
-        for eff in event.effects:  # learn owners from writes
+        for eff in event.effects:  # learn owners, and which items hold a canary, from writes
             if eff.kind in (EffectKind.ADD, EffectKind.UPDATE) and eff.content_after:
                 for canary in self.canaries:
-                    if not canary.configured and canary.value in eff.content_after:
-                        canary.owners.add(effect_namespace(event, eff))
+                    if canary.value in eff.content_after:
+                        _remember_text(self._holding, eff.item_id, eff.content_after)
+                        if not canary.configured:
+                            canary.owners.add(effect_namespace(event, eff))
         requester = requester_of(event)
         seen = {requester, event.context.namespace} if event.context.requester is None else {requester}
-        for where, text in _texts_of(event):
+        for where, text in _texts_of(event, self._holding):
             for canary in self.canaries:
                 if canary.value in text and not (seen & canary.owners):
                     yield finding_for(
@@ -200,6 +247,11 @@ class CanaryExposure:
                             e.item_id
                             for e in event.effects
                             if e.content_after and canary.value in e.content_after
+                        ]
+                        + [
+                            i
+                            for i in (injected_ids(event.result) if where != "reply" else ())
+                            if canary.value in self._holding.get(i, "")
                         ],
                         evidence={
                             "canary": canary.value,
@@ -325,6 +377,13 @@ class LeakInjection:
                     event_ids=[chat.id, search.id],
                     evidence={"requester": requester, "protected_values": values, "reply": reply},
                 )
+
+
+def _remember_text(cache: OrderedDict[str, str], key: str, text: str) -> None:
+    cache[key] = text
+    cache.move_to_end(key)
+    while len(cache) > _HOLDING:
+        cache.popitem(last=False)
 
 
 def _remember(cache: OrderedDict[str, TraceEvent], key: str, event: TraceEvent) -> None:

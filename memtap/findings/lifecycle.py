@@ -21,6 +21,7 @@ from memtap.findings.facts import (
 )
 from memtap.findings.model import Finding, Severity, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
+from memtap.findings.supersede import states_change, superseded_findings
 from memtap.trace.models import EffectKind, Op, Role, TraceEvent
 
 __all__ = [
@@ -74,7 +75,11 @@ def surviving(
 def requested_removals(event: TraceEvent) -> set[str]:
     """The item ids of the removals (deletes, updates) the call asked for. When the arguments name
     some removed item (by id or exact content), only the named ones were asked for; when they name
-    none (an entity name, a filter), every removal of a delete or update call counts as asked for."""
+    none (an entity name, a filter), every removal of a delete or update call counts as asked for.
+    A write (an add) asks for no removal, even when it names the content it removed: it was
+    re-adding that content, and a backend that deletes it instead did so on its own."""
+    if event.op == Op.WRITE:
+        return set()
     strings = set(strings_in(event.arguments))
     removals = [e for e in event.effects if e.kind in _REMOVALS]
     named = {e.item_id for e in removals if e.item_id in strings or (e.content_before or "\0") in strings}
@@ -196,13 +201,15 @@ class DestructiveUpdate:
 
 
 class StaleCoexistence:
-    """After a write that corrects a value, the old value is still live beside the new one."""
+    """After a write that corrects a value, the old value is still live beside the new one: named
+    by the correction ("from X"), or stated by a live item about the same subject (supersede.py)."""
 
     name = "stale_coexistence"
     severity = Severity.MEDIUM
     rule = (
         "a write whose content (or the session's last user turn) is a correction naming an old value "
-        "('from X', 'no longer X', 'instead of X', 'not X'), while another live item still states X"
+        "('from X', 'no longer X', 'instead of X', 'not X'), while another live item still states X; or "
+        "says something changed while a live item states the same subject with another value"
     )
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
@@ -220,13 +227,13 @@ class StaleCoexistence:
                 if is_correction(text):
                     old_values |= correction_old_values(text)
             old_values = {v for v in old_values if v not in _STOPLIKE}
-            if not old_values:
-                continue
-            for item in state.live_items(namespace):
+            flagged: set[str] = set()
+            for item in state.live_items(namespace) if old_values else ():
                 if (item.backend, item.item_id) in skip:
                     continue
                 stale = sorted(v for v in old_values if v in item.facts or f" {v} " in item.normalised)
                 if stale and is_correction(item.content) is False:
+                    flagged.add(item.item_id)
                     yield finding_for(
                         self,
                         event,
@@ -240,6 +247,8 @@ class StaleCoexistence:
                             "correction": eff.content_after,
                         },
                     )
+            if any(states_change(text) for text in sources):
+                yield from superseded_findings(self, event, eff, state, namespace, skip, flagged)
 
 
 _STOPLIKE = frozenset({"a", "an", "the", "it", "that", "this", "be", "so", "sure", "really", "very"})

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from memtap.scoring.storage import StorageView
 from memtap.scoring.text import tokens, value_match
-from memtap.scoring.trace import Counts, ProbeRecord
+from memtap.scoring.trace import Counts, EpisodeTrace, ProbeRecord
+from memtap.trace.models import AccessTags
 
 __all__ = ["ProbeRetrieval", "holds_fact", "score_retrieval"]
 
@@ -39,6 +40,17 @@ def holds_fact(content: str | None, fact: str | None) -> bool:
     return len(wanted) >= 4 and len(wanted & tokens(content)) / len(wanted) >= 0.8
 
 
+def _permitted(tags: AccessTags, requester: str, trace: EpisodeTrace) -> bool:
+    """Whether ``tags`` let ``requester`` see an item. The suite's namespace owner owns the episode
+    attempt's namespace the replay made for it: a backend that tags items with their namespace only
+    (a wrapped server, whose items memtap tags ``owner`` = the namespace) shows them to their owner."""
+    if tags.permits(requester):
+        return True
+    return (
+        requester == trace.episode.namespace and tags.owner == trace.namespace and requester not in tags.deny
+    )
+
+
 def _recall(support: list[str], keys: list[frozenset[str]], k: int) -> float:
     held = {key for item in keys[:k] for key in item}
     return sum(1 for key in support if key in held) / len(support)
@@ -55,7 +67,7 @@ def score_retrieval(view: StorageView, record: ProbeRecord, counts: Counts) -> P
             keys = view.aligner.align(hit.item_id, 0, hit.content, record.pos)
         out.keys.append(keys)
         why = []
-        if hit.tags is not None and not hit.tags.permits(record.requester):
+        if hit.tags is not None and not _permitted(hit.tags, record.requester, view.trace):
             why.append(f"tags deny {record.requester}")
         if probe.expected_action == "withhold" and holds_fact(hit.content, probe.gold.fields.protected_fact):
             why.append("holds the protected fact")

@@ -210,7 +210,10 @@ def score_trace(
         "canary": run.canary,
     }
     if findings is not None:
-        report["detectors"] = detector_report(views, per_episode, findings, answered=answered)
+        injected = str(run.run.get("target", "")).startswith("openai:")
+        report["detectors"] = detector_report(
+            views, per_episode, findings, answered=answered, injected=injected
+        )
     return Scored(report, alignments)
 
 

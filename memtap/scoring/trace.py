@@ -127,6 +127,30 @@ def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> lis
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
+def _tags_from_elsewhere(
+    conn: sqlite3.Connection,
+    run_id: str,
+    hits: dict[str, list[Hit]],
+    content: dict[str, tuple[str | None, AccessTags | None]],
+) -> None:
+    """Give a retrieved item the episode never wrote (a backend that serves one namespace's items
+    to another) the tags its last write in the run carried, so its owner is judged against the
+    requester instead of the item passing as untagged."""
+    for found in hits.values():
+        for n, hit in enumerate(found):
+            if hit.tags is not None or hit.item_id in content:
+                continue
+            row = conn.execute(
+                "SELECT f.tags_after FROM effects f JOIN events e ON e.id = f.event_id"
+                " WHERE f.item_id = ? AND e.run_id = ? AND f.kind IN ('add', 'update')"
+                " ORDER BY e.id DESC LIMIT 1",
+                (hit.item_id, run_id),
+            ).fetchone()
+            tags = _tags(row[0]) if row else None
+            if tags is not None:
+                found[n] = Hit(hit.item_id, hit.rank, hit.content, tags)
+
+
 def _probe_position(episode: Episode, probe: Probe) -> int:
     return sum(1 for s in episode.sessions if s.time <= probe.time)
 
@@ -201,6 +225,7 @@ def _episode_trace(
         )
         if kind != "delete":
             content[item] = (row["content_after"], tags)
+    _tags_from_elsewhere(conn, run_id, hits, content)
     records: list[ProbeRecord] = []
     answered = {
         r["probe_id"]: r

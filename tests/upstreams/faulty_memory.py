@@ -7,7 +7,9 @@ findings tests. memtap wraps it with the ``server-memory`` profile and reads its
 - ``overwrite``: ``add_observations`` replaces the entity's observations with the new ones;
 - ``wrong_delete``: ``delete_observations`` deletes every observation of the entity;
 - ``readd``: ``add_observations`` of an observation the entity holds deletes it and adds nothing;
-- ``fail_add``: ``add_observations`` fails (a tool error) without adding anything.
+- ``fail_add``: ``add_observations`` fails (a tool error) without adding anything;
+- ``leak``: every process shares one graph, kept in the file ``LEAK_FILE`` (environment), so a
+  server started for one namespace (one user, one episode) returns what another one wrote.
 
 Plain newline-delimited JSON-RPC, no SDK, state in memory.
 """
@@ -20,6 +22,7 @@ import sys
 from typing import Any
 
 FAULT = os.environ.get("FAULT", "")
+LEAK_FILE = os.environ.get("LEAK_FILE", "")
 _OBJ: dict[str, Any] = {"type": "object"}
 TOOLS = [
     {"name": name, "description": f"{name} (faulty memory server)", "inputSchema": _OBJ}
@@ -40,6 +43,19 @@ def graph(names: set[str] | None = None) -> dict[str, Any]:
 
 
 def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    if FAULT != "leak" or not LEAK_FILE:
+        return _call(name, args)
+    if os.path.exists(LEAK_FILE):  # the graph every server shares: what the others wrote too
+        with open(LEAK_FILE, encoding="utf-8") as f:
+            entities.clear()
+            entities.update(json.load(f))
+    answered = _call(name, args)
+    with open(LEAK_FILE, "w", encoding="utf-8") as f:
+        json.dump(entities, f)
+    return answered
+
+
+def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
     if name == "create_entities":
         made = []
         for entity in args.get("entities", []):
@@ -50,6 +66,9 @@ def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
                     "observations": list(entity.get("observations", [])),
                 }
                 made.append(entities[entity["name"]])
+            elif FAULT == "leak":  # another server's user of that name: both write to one entity
+                held = entities[entity["name"]]["observations"]
+                held += [o for o in entity.get("observations", []) if o not in held]
         return result({"entities": made})
     if name == "add_observations":
         if FAULT == "fail_add":

@@ -4,8 +4,9 @@ The replay starts ``memtap proxy --config EPISODE_CONFIG --only NAME --http 127.
 DB`` of its own and calls the wrapped server's **own tools** through it with the official MCP
 client over streamable HTTP (``/servers/NAME/mcp``), so the forwarding proxy records the run
 exactly as it records production traffic. Context travels as in production: ``run``,
-``episode`` and ``namespace`` in ``X-Memtap-*`` headers, ``session``, ``turn`` and ``role`` in
-each request's ``_meta`` ``{"memtap": {...}}``.
+``episode`` and ``namespace`` in ``X-Memtap-*`` headers, ``session``, ``turn`` and ``role`` (and
+a probe's ``requester``: the episode's namespace for the suite's namespace owner) in each
+request's ``_meta`` ``{"memtap": {...}}``.
 
 Which tools write and search comes from the upstream's profile
 (:mod:`memtap.adapters.profiles`: the config's ``memtap.profile``, else detected from the
@@ -250,7 +251,10 @@ class McpTarget(RecordedObservations):
 
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
         episode = self._episodes[scope.namespace]
-        meta = {"session": "probes", "turn": probe.probe_id, "role": "user"}
+        # The requester travels in _meta, so the trace says who was shown what; the suite's
+        # namespace owner asks as the episode's namespace, which owns what was written.
+        requester = scope.namespace if probe.requester == scope.owner else probe.requester
+        meta = {"session": "probes", "turn": probe.probe_id, "role": "user", "requester": requester}
         started = time.perf_counter()
         retrieved = await self._search(episode, probe.question, scope.namespace, limit, meta)
         return ProbeResult(retrieved, (time.perf_counter() - started) * 1000)

@@ -1,0 +1,141 @@
+"""Superseded statements: a write that says a value changed, while a live item still states the
+old value of the same subject.
+
+Most corrections are not phrased "from X to Y": a user says "That has changed. My dentist is
+Dr. Okafor." and the memory that said "My dentist is Dr. Lindqvist." is the stale one. What a
+live agent has to go on is the two statements themselves: a clause of the new write and a clause
+of a live item that say the same thing about the same subject (they share their opening words,
+and possibly their closing words) and differ only in the value between. The rule is
+deterministic:
+
+- a **change statement**: the write (or the session's last user turn) holds a change cue
+  (``changed``, ``update``, ``no longer``, ``instead``, ...) that is not negated ("nothing
+  changes for me", "no change", "hasn't changed" do not count);
+- **clauses** are the text's sentences and colon- or semicolon-separated parts (a full stop
+  after a title such as ``Dr.`` does not end one), normalised to lower-case words; requests to
+  forget and questions are not statements;
+- two clauses state **the same subject with another value** when they share at least one
+  opening word and at least three opening plus closing words in all, and both differing
+  middles are non-empty (one clause extending the other is a restatement, not a new value).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from memtap.findings.facts import asks_to_forget, is_correction, normalise
+from memtap.findings.model import Detector, Finding, finding_for
+from memtap.findings.state import TraceState
+from memtap.trace.models import MemoryEffect, TraceEvent
+
+__all__ = ["Superseded", "clauses", "states_change", "superseded", "superseded_findings"]
+
+_NEGATED_CHANGE = re.compile(
+    r"\b(?:nothing|no|not|never|hasn'?t|haven'?t|didn'?t|doesn'?t|don'?t|won'?t|isn'?t)\s+"
+    r"(?:\w+\s+)?(?:change[ds]?|changing|updated?|different)\b",
+    re.IGNORECASE,
+)
+_ABBREVIATION = re.compile(r"\b(Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.\s")
+_SPLIT = re.compile(r"(?<=[.!?;:])\s+|\n+")
+_MIN_SHARED = 3  # opening plus closing words two clauses must share to be about one subject
+
+
+def states_change(text: str) -> bool:
+    """Whether ``text`` says something changed: a change cue outside negated phrases."""
+    return is_correction(_NEGATED_CHANGE.sub(" ", text))
+
+
+def clauses(text: str) -> list[tuple[str, ...]]:
+    """The statements of ``text``: each sentence or colon/semicolon part as normalised words;
+    requests to forget and questions are left out."""
+    protected = _ABBREVIATION.sub(lambda m: m.group(0).replace(". ", "\0 "), text)
+    out = []
+    for part in _SPLIT.split(protected):
+        part = part.replace("\0", ".").strip()
+        if not part or part.endswith("?") or asks_to_forget(part):
+            continue
+        words = tuple(normalise(part).split())
+        if words:
+            out.append(words)
+    return out
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """A live clause that a new clause gives another value: the shared subject and both values."""
+
+    subject: str
+    old_value: str
+    new_value: str
+    old_clause: str
+    new_clause: str
+
+
+def _compare(new: tuple[str, ...], old: tuple[str, ...]) -> Superseded | None:
+    if new == old:
+        return None
+    limit = min(len(new), len(old))
+    head = 0
+    while head < limit and new[head] == old[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and new[-1 - tail] == old[-1 - tail]:
+        tail += 1
+    new_mid, old_mid = new[head : len(new) - tail], old[head : len(old) - tail]
+    if head < 1 or head + tail < _MIN_SHARED or not new_mid or not old_mid:
+        return None
+    subject = " ".join((*new[:head], "…", *new[len(new) - tail :])) if tail else " ".join(new[:head])
+    return Superseded(subject, " ".join(old_mid), " ".join(new_mid), " ".join(old), " ".join(new))
+
+
+def superseded(new_text: str, old_texts: Iterable[str]) -> Iterator[tuple[int, Superseded]]:
+    """For each of ``old_texts`` (by position) that states a subject of ``new_text`` with another
+    value, the first such pair of clauses."""
+    mine = clauses(new_text)
+    if not mine:
+        return
+    for n, old_text in enumerate(old_texts):
+        for old in clauses(old_text):
+            found = next((s for s in (_compare(new, old) for new in mine) if s is not None), None)
+            if found is not None:
+                yield n, found
+                break
+
+
+def superseded_findings(
+    detector: Detector,
+    event: TraceEvent,
+    eff: MemoryEffect,
+    state: TraceState,
+    namespace: str,
+    skip: set[tuple[str, str]],
+    flagged: set[str],
+) -> Iterator[Finding]:
+    """``stale_coexistence`` findings for a change statement ``eff`` wrote: each live item of the
+    namespace (not touched by the event, not already ``flagged``) stating one of its subjects with
+    another value."""
+    others = [
+        item
+        for item in state.live_items(namespace)
+        if (item.backend, item.item_id) not in skip and item.item_id not in flagged
+    ]
+    for n, found in superseded(eff.content_after or "", (item.content for item in others)):
+        item = others[n]
+        yield finding_for(
+            detector,
+            event,
+            f"{item.item_id} still states {found.subject!r} is {found.old_value!r} after "
+            f"{eff.item_id} changed it to {found.new_value!r}",
+            item_ids=[item.item_id, eff.item_id],
+            event_ids=[event.id, item.event_id],
+            namespace=namespace,
+            evidence={
+                "old_values": [found.old_value],
+                "new_value": found.new_value,
+                "subject": found.subject,
+                "stale_content": item.content,
+                "correction": eff.content_after,
+            },
+        )

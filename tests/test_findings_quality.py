@@ -1,0 +1,165 @@
+"""The detector rules that the replayed suites measure: a change statement that leaves the old
+value live (stale_coexistence without "from X" phrasing), a re-add that deletes (erasure, the
+add asked for no removal), and a wrapped server's retrieval leak judged from the items' tags
+when no gate verdict is recorded. Each through a real front door, with the correct case beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import http_client, meta
+from findings_helpers import faulty_server, serve_proxy, settled_findings
+
+from memtap.adapters.memory_server import observation_id
+from memtap.findings.model import Severity
+from memtap.findings.supersede import clauses, states_change
+
+pytestmark = pytest.mark.anyio
+
+Serve = Callable[..., Any]
+
+
+async def _write_all(served: Any, *texts: str) -> list[str]:
+    async with http_client(f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}) as client:
+        ids = []
+        for n, text in enumerate(texts):
+            result = await client.call_tool(
+                "memory_add", {"content": text}, meta=meta(session=f"s{n}", turn="t0", role="user")
+            )
+            assert not result.is_error, result
+            ids.append(str(result.structured_content["id"]))  # type: ignore[index]
+    return ids
+
+
+async def test_a_change_that_leaves_the_old_value_live_is_stale_coexistence(serve_memtap: Serve) -> None:
+    served = serve_memtap()
+    old, new = await _write_all(
+        served,
+        "Small thing to keep in mind. My dentist is Dr. Lindqvist.",
+        "That has changed. My dentist is Dr. Okafor.",
+    )
+    (stale,) = settled_findings(served, "stale_coexistence")
+    assert (stale.severity, stale.item_ids) == (Severity.MEDIUM, [old, new])
+    assert stale.evidence == {
+        "old_values": ["lindqvist"],
+        "new_value": "okafor",
+        "subject": "my dentist is dr",
+        "stale_content": "Small thing to keep in mind. My dentist is Dr. Lindqvist.",
+        "correction": "That has changed. My dentist is Dr. Okafor.",
+    }
+    assert (
+        stale.summary
+        == f"{old} still states 'my dentist is dr' is 'lindqvist' after {new} changed it to 'okafor'"
+    )
+
+
+async def test_a_change_with_a_shared_ending_names_the_subject_around_the_value(serve_memtap: Serve) -> None:
+    served = serve_memtap()
+    await _write_all(served, "I eat vegan these days.", "That has changed. I eat pescatarian these days.")
+    (stale,) = settled_findings(served, "stale_coexistence")
+    assert (stale.evidence["subject"], stale.evidence["old_values"], stale.evidence["new_value"]) == (
+        "i eat … these days",
+        ["vegan"],
+        "pescatarian",
+    )
+
+
+async def test_restatements_that_say_nothing_changed_are_not_stale(serve_memtap: Serve) -> None:
+    served = serve_memtap()
+    await _write_all(
+        served,
+        "My dentist is Dr. Lindqvist.",
+        "I looked at Dr. Okafor again, but nothing changes for me: my dentist is Dr. Lindqvist.",
+        "I tried Dr. Okafor once with Omar. Nothing changes for me, but Dr. Okafor was fun.",
+        "Funny coincidence: a neighbour sees Dr. Okafor as a dentist.",
+    )
+    assert settled_findings(served, "stale_coexistence") == []
+
+
+async def test_forget_requests_are_not_values_of_one_subject(serve_memtap: Serve) -> None:
+    served = serve_memtap()
+    await _write_all(
+        served,
+        "Please forget what I told you about lead with the verdict; it no longer applies.",
+        "Please forget what I told you about vegan; it no longer applies.",
+    )
+    assert settled_findings(served, "stale_coexistence") == []
+
+
+def test_change_cues_count_unless_negated_and_titles_do_not_end_a_clause() -> None:
+    assert states_change("Update: after a load test, that changed because it was too tight.")
+    assert not states_change("I looked at 7 retries again, but nothing changes for me.")
+    assert not states_change("That's not right, nothing changed. Let's leave planning for later.")
+    assert clauses("That has changed. My dentist is Dr. Okafor. What is yours?") == [
+        ("that", "has", "changed"),
+        ("my", "dentist", "is", "dr", "okafor"),
+    ]
+
+
+TEA = observation_id("alice", "likes tea")
+ALICE = {"entities": [{"name": "alice", "entityType": "person", "observations": ["likes tea"]}]}
+READD = {"observations": [{"entityName": "alice", "contents": ["likes tea"]}]}
+
+
+async def _play_readd(db: Path, fault: str) -> list[Any]:
+    served = serve_proxy(db, {"memory": faulty_server(fault)})
+    try:
+        async with http_client(
+            f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}
+        ) as client:
+            await client.call_tool("create_entities", ALICE, meta=meta(session="s1", turn="t1", role="user"))
+            await client.call_tool("add_observations", READD, meta=meta(session="s2", turn="t1", role="user"))
+        return settled_findings(served)
+    finally:
+        served.stop()
+
+
+async def test_a_readd_that_deletes_the_memory_is_an_erasure_the_add_did_not_ask_for(db_path: Path) -> None:
+    found = await _play_readd(db_path, "readd")
+    (erasure,) = [f for f in found if f.kind == "erasure"]
+    assert (erasure.severity, erasure.item_ids, erasure.session) == (Severity.HIGH, [TEA], "s2")
+    assert erasure.evidence == {
+        "removed": "delete",
+        "content_before": "likes tea",
+        "content_after": None,
+        "lost_facts": ["tea"],
+        "requested_by_call": False,
+        "user_turns_known": 0,
+    }
+
+
+async def test_the_correct_backend_keeps_the_readded_memory_without_erasure(db_path: Path) -> None:
+    assert await _play_readd(db_path, "") == []
+
+
+async def _search_as(served: Any, namespace: str, query: str) -> None:
+    url = f"http://127.0.0.1:{served.port}/mcp"
+    async with http_client(url, {"X-Memtap-Namespace": namespace}) as client:
+        await client.call_tool("search_nodes", {"query": query}, meta=meta(session="s2"))
+
+
+async def test_a_wrapped_servers_retrieval_is_judged_by_the_items_tags_when_no_verdict_is_recorded(
+    db_path: Path, memory_server: dict[str, Any]
+) -> None:
+    served = serve_proxy(db_path, {"memory": memory_server})
+    try:
+        url = f"http://127.0.0.1:{served.port}/mcp"
+        async with http_client(url, {"X-Memtap-Namespace": "alice"}) as alice:
+            entity = {"name": "alice", "entityType": "person", "observations": ["likes green tea"]}
+            await alice.call_tool("create_entities", {"entities": [entity]}, meta=meta(session="s1"))
+        await _search_as(served, "alice", "tea")  # her own memory: no leak
+        await _search_as(served, "bob", "tea")  # the reference server has one graph for everyone
+        found = settled_findings(served, "leak_retrieval")
+    finally:
+        served.stop()
+    item = observation_id("alice", "likes green tea")
+    assert [(f.severity, f.namespace, f.item_ids) for f in found] == [(Severity.HIGH, "bob", [item])]
+    assert found[0].evidence == {
+        "gate": "none recorded: judged from the items' tags",
+        "requester": "bob",
+        "contents": {item: "likes green tea"},
+        "tags": {item: {"owner": "alice"}},
+    }
