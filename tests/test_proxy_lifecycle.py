@@ -211,3 +211,27 @@ async def test_failed_start_backs_off_and_a_call_that_cannot_wait_is_refused_at_
     events = store.list_events()
     store.close()
     assert [(e.tool, e.status, e.backend) for e in events] == [("upstream/start", "error", "dies")] * 2
+
+
+async def test_an_upstream_that_changes_its_tools_at_run_time_is_listed_and_classified_again(
+    tmp_path: Path, start_http_server: StartServer
+) -> None:
+    """The server sends notifications/tools/list_changed: memtap lists its tools again, offers
+    the new one, classifies it like any other (by its name here) and records its calls."""
+    from memtap.trace.models import Op
+    from memtap.trace.store import TraceStore
+
+    config = write_config(tmp_path, {"odd": misbehaving_server()})
+    server = start_http_server("--config", str(config), command="proxy")
+    async with http_client(server.url) as client:
+        before = {t.name for t in (await client.list_tools()).tools}
+        await client.call_tool("grow", {})
+        after = {t.name for t in (await client.list_tools()).tools}
+        stored = await client.call_tool("remember_fact", {"text": "Ada likes tea"})
+    assert server.stop() == 0
+    assert "remember_fact" not in before and after == before | {"remember_fact"}
+    assert stored.content[0].text == "stored memory 1"  # type: ignore[union-attr]
+    store = TraceStore(server.db)
+    (event,) = [e for e in store.list_events() if e.tool == "remember_fact"]
+    store.close()
+    assert (event.status, event.op, event.backend) == ("ok", Op.WRITE, "odd")
