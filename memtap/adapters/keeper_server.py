@@ -34,16 +34,15 @@ import logging
 import os
 import re
 import sqlite3
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memtap.adapters.memory_server import _acquire, _nothing
 from memtap.adapters.sqlite_reader import SqliteStore, placeholders
+from memtap.adapters.tap_call import forward_read, forward_write
 from memtap.config import McpServerConfig, StdioServerConfig
-from memtap.errors import UpstreamError, UpstreamTimeout
+from memtap.errors import UpstreamError
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op
 
 if TYPE_CHECKING:
@@ -203,49 +202,25 @@ class KeeperTap:
         """Forward one call; returns the upstream's result, the real effects, and a refined op.
         ``answered`` is handed the result as soon as it arrives, as ``GraphTap.call`` does."""
         upstream = self.upstream
-        start = record.start_backend if record is not None else _nothing
-        end = record.end_backend if record is not None else _nothing
         if tool not in KEYED_TOOLS and not upstream.kind_of(tool).mutates:
-            start()
-            result = await upstream.call_tool(tool, arguments, meta)
-            end()
-            if answered is not None:
-                answered(result)
+            result = await forward_read(upstream, tool, arguments, meta, record, answered)
             effects: list[MemoryEffect] = []
             if tool in RETRIEVAL_TOOLS and not result.get("isError"):
                 effects = await self._retrieved(result, arguments, context)
             return result, effects, None
         named = named_keys(tool, arguments)
         keys = frozenset(named) if named is not None else None
-        deadline = time.monotonic() + upstream.timeout
-        if not await _acquire(upstream.write_lock, upstream.timeout):
-            raise UpstreamTimeout(
-                f"upstream {upstream.name!r} did not answer {tool} within {upstream.timeout:g} s "
-                "(an earlier write to it has not finished)",
-                upstream=upstream.name,
-            )
-        try:
-            before = await self._read(keys)
-            start()
-            try:
-                result = await upstream.call_tool(
-                    tool, arguments, meta, timeout=max(0.001, deadline - time.monotonic())
-                )
-            except UpstreamError as exc:
-                end()
-                if record is not None:  # what landed before the error, read now, as reconciled effects
-                    record.effects = await self._reconcile(keys, before, context, tool, exc)
-                raise
-            end()
-            if answered is not None:
-                answered(result)
-            try:
-                after = await self._read(keys)
-            except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded
-                log.exception("upstream %s: could not read the state after %s", upstream.name, tool)
-                return result, [], None
-        finally:
-            upstream.write_lock.release()
+
+        async def failed(before: dict[Key, Row], exc: UpstreamError) -> None:
+            if record is not None:  # what landed before the error, read now, as reconciled effects
+                record.effects = await self._reconcile(keys, before, context, tool, exc)
+
+        result, before, after = await forward_write(
+            upstream, tool, arguments, meta, record, answered,
+            read_before=lambda: self._read(keys), read_after=lambda: self._read(keys), failed=failed,
+        )  # fmt: skip
+        if after is None:
+            return result, [], None
         effects = self._diff(before, after, context.namespace)
         kinds = {e.kind for e in effects}
         op = Op.UPDATE if kinds == {EffectKind.UPDATE} else None

@@ -36,7 +36,6 @@ import logging
 import os
 import re
 import sqlite3
-import time
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -47,8 +46,6 @@ import anyio
 from memtap.adapters.graph_state import Graph
 from memtap.adapters.memory_server import (
     _READS,
-    _acquire,
-    _nothing,
     entity_id,
     observation_id,
     relation_id,
@@ -57,8 +54,9 @@ from memtap.adapters.memory_server import (
 )
 from memtap.adapters.reconcile import Reconciler
 from memtap.adapters.sqlite_reader import SqliteStore, placeholders
+from memtap.adapters.tap_call import forward_read, forward_write
 from memtap.config import McpServerConfig, StdioServerConfig
-from memtap.errors import UpstreamError, UpstreamTimeout
+from memtap.errors import UpstreamError
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op
 
 if TYPE_CHECKING:
@@ -207,51 +205,33 @@ class LibsqlTap:
         """Forward one call; returns the upstream's result, the real effects, and a refined op.
         ``answered`` is handed the result as soon as it arrives, as ``GraphTap.call`` does."""
         upstream = self.upstream
-        start = record.start_backend if record is not None else _nothing
-        end = record.end_backend if record is not None else _nothing
         if tool not in MUTATING_TOOLS and (tool in _READS or not upstream.kind_of(tool).mutates):
-            start()
-            result = await upstream.call_tool(tool, arguments, meta)
-            end()
-            if answered is not None:
-                answered(result)
+            result = await forward_read(upstream, tool, arguments, meta, record, answered)
             effects = retrieval_effects(result, context) if tool == "search_nodes" else []
             return result, effects, None
         # A write this profile does not know (a newer server's tool) is diffed over the whole graph.
         named = named_entities(tool, arguments) if tool in MUTATING_TOOLS else []
         names = frozenset(named) if tool in MUTATING_TOOLS else None
-        deadline = time.monotonic() + upstream.timeout
-        if not await _acquire(upstream.write_lock, upstream.timeout):
-            raise UpstreamTimeout(
-                f"upstream {upstream.name!r} did not answer {tool} within {upstream.timeout:g} s "
-                "(an earlier write to it has not finished)",
-                upstream=upstream.name,
-            )
-        try:
+
+        async def read_before() -> Graph:
             if self.reconciler.unsettled:
                 await self.reconciler.settle()
-            before = await self.file.read_async(names)
-            start()
-            try:
-                result = await upstream.call_tool(
-                    tool, arguments, meta, timeout=max(0.001, deadline - time.monotonic())
-                )
-            except UpstreamError as exc:
-                end()
-                await self.reconciler.failed(tool, names, before, context, record, exc)
-                raise
-            end()
-            if answered is not None:
-                answered(result)
-            try:
-                after = await self.file.read_async(names)
-            except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded
-                log.exception("upstream %s: could not read the state after %s", upstream.name, tool)
-                self.reconciler.succeeded(names, None)
-                return result, [], None
+            return await self.file.read_async(names)
+
+        async def read_after() -> Graph:
+            after = await self.file.read_async(names)
             self.reconciler.succeeded(names, after)
-        finally:
-            upstream.write_lock.release()
+            return after
+
+        async def failed(before: Graph, exc: UpstreamError) -> None:
+            await self.reconciler.failed(tool, names, before, context, record, exc)
+
+        result, before, after = await forward_write(
+            upstream, tool, arguments, meta, record, answered, read_before=read_before,
+            read_after=read_after, failed=failed, unread=lambda: self.reconciler.succeeded(names, None),
+        )  # fmt: skip
+        if after is None:
+            return result, [], None
         order = list(dict.fromkeys([*named, *before.entities, *after.entities]))
         effects = diff(before, after, order, context.namespace)
         kinds = {e.kind for e in effects}

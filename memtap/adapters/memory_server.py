@@ -33,16 +33,14 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from memtap.adapters.graph_state import FileState, Graph, Relation, graph_from_result, memory_file_for
 from memtap.adapters.reconcile import Reconciler
-from memtap.errors import UpstreamError, UpstreamTimeout
+from memtap.adapters.tap_call import forward_read, forward_write
+from memtap.errors import UpstreamError
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op
 
 if TYPE_CHECKING:
@@ -124,10 +122,6 @@ def named_entities(tool: str, arguments: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _nothing() -> None:
-    pass
-
-
 def _environment(upstream: Upstream) -> dict[str, str] | None:
     """The environment the upstream's process gets (its own ``MEMORY_FILE_PATH`` included)."""
     from memtap.adapters.upstream import child_environment
@@ -136,19 +130,6 @@ def _environment(upstream: Upstream) -> dict[str, str] | None:
     if not isinstance(upstream.config, StdioServerConfig):
         return None
     return child_environment(upstream.config, inherit=upstream.inherit_env)
-
-
-async def _acquire(lock: anyio.Lock, timeout: float) -> bool:
-    """Take ``lock`` within ``timeout``; False when it stayed held that long."""
-    try:
-        lock.acquire_nowait()  # the common case, without a cancel scope
-        return True
-    except anyio.WouldBlock:
-        pass
-    with anyio.move_on_after(timeout):
-        await lock.acquire()
-        return True
-    return False
 
 
 class GraphTap:
@@ -243,57 +224,43 @@ class GraphTap:
         lock is still held until that read ends, so no other write's state read interleaves.
         """
         upstream = self.upstream
-        start = record.start_backend if record is not None else _nothing
-        end = record.end_backend if record is not None else _nothing
         if tool not in MUTATING_TOOLS and (tool in _READS or not upstream.kind_of(tool).mutates):
-            start()
-            result = await upstream.call_tool(tool, arguments, meta)
-            end()
-            if answered is not None:
-                answered(result)
+            result = await forward_read(upstream, tool, arguments, meta, record, answered)
             effects = retrieval_effects(result, context) if tool == "search_nodes" else []
             return result, effects, None
         # A write this profile does not know (a newer server's tool) is diffed over the whole graph.
         names = frozenset(named_entities(tool, arguments)) if tool in MUTATING_TOOLS else None
-        # The wait for an earlier write (a hung upstream) counts against this call's timeout.
-        deadline = time.monotonic() + upstream.timeout
-        if not await _acquire(upstream.write_lock, upstream.timeout):
-            raise UpstreamTimeout(
-                f"upstream {upstream.name!r} did not answer {tool} within {upstream.timeout:g} s "
-                "(an earlier write to it has not finished)",
-                upstream=upstream.name,
-            )
-        try:
+        seq = 0
+
+        async def read_before() -> Graph:
+            nonlocal seq
             self._seq += 1
             seq = self._seq
             if self.reconciler.unsettled:
                 await self.reconciler.settle()
-            before = await self._read(names, fresh=False)
-            start()
-            try:
-                result = await upstream.call_tool(
-                    tool, arguments, meta, timeout=max(0.001, deadline - time.monotonic())
-                )
-            except UpstreamError as exc:
-                end()
-                if self.file is not None:
-                    self.file.forget()  # a timed-out write may still land: read fresh next time
-                await self.reconciler.failed(tool, names, before, context, record, exc)
-                raise
-            end()
-            if answered is not None:
-                answered(result)
-            try:
-                after = await self._read(names, fresh=True)
-            except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded
-                log.exception("upstream %s: could not read the state after %s", upstream.name, tool)
-                if self.file is not None:
-                    self.file.forget()
-                self.reconciler.succeeded(names, None)
-                return result, [], None
+            return await self._read(names, fresh=False)
+
+        async def read_after() -> Graph:
+            after = await self._read(names, fresh=True)
             self.reconciler.succeeded(names, after)
-        finally:
-            upstream.write_lock.release()
+            return after
+
+        async def failed(before: Graph, exc: UpstreamError) -> None:
+            if self.file is not None:
+                self.file.forget()  # a timed-out write may still land: read fresh next time
+            await self.reconciler.failed(tool, names, before, context, record, exc)
+
+        def unread() -> None:
+            if self.file is not None:
+                self.file.forget()
+            self.reconciler.succeeded(names, None)
+
+        result, before, after = await forward_write(
+            upstream, tool, arguments, meta, record, answered,
+            read_before=read_before, read_after=read_after, failed=failed, unread=unread,
+        )  # fmt: skip
+        if after is None:
+            return result, [], None
         named = named_entities(tool, arguments) if tool in MUTATING_TOOLS else []
         order = list(dict.fromkeys([*named, *before.entities, *after.entities]))
         effects = self._diff(before, after, order, context, tool, seq)
