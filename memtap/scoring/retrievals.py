@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 from memtap.scoring.errors import ScoringError
 
-__all__ = ["RETRIEVALS_FORMAT", "compare_retrievals", "render_retrievals"]
+__all__ = ["RETRIEVALS_FORMAT", "compare_retrievals", "format_ms", "median_ms", "render_retrievals"]
 
 RETRIEVALS_FORMAT = "memtap-compare-retrievals/1"
 
@@ -86,8 +87,6 @@ def compare_retrievals(
             "gate_a": a[(episode, probe)]["gate"], "gate_b": b[(episode, probe)]["gate"],
             "refused_a": _refused(a[(episode, probe)]), "refused_b": _refused(b[(episode, probe)]),
         })  # fmt: skip
-    ms_a = [p["ms_a"] for p in probes if p["ms_a"] is not None]
-    ms_b = [p["ms_b"] for p in probes if p["ms_b"] is not None]
     return {
         "format": RETRIEVALS_FORMAT,
         "runs": {"a": run_a, "b": run_b},
@@ -96,10 +95,7 @@ def compare_retrievals(
         "unpaired": {"a": len(a) - len(shared), "b": len(b) - len(shared)},
         "mean_overlap_at_k": statistics.fmean(p["overlap_at_k"] for p in probes),
         "same_first_rate": sum(p["same_first"] for p in probes) / len(probes),
-        "median_ms": {
-            "a": statistics.median(ms_a) if ms_a else None,
-            "b": statistics.median(ms_b) if ms_b else None,
-        },
+        "median_ms": {side: median_ms(p[f"ms_{side}"] for p in probes) for side in ("a", "b")},
         "probes": probes,
     }
 
@@ -110,7 +106,7 @@ def render_retrievals(result: dict[str, Any]) -> str:
     lines = [
         f"retrievals of {runs['a']} (A) and {runs['b']} (B): {result['paired']} probes paired, "
         f"mean overlap@{k} {result['mean_overlap_at_k']:.2f}, same first {result['same_first_rate']:.0%}, "
-        f"median retrieval ms A {_ms(ms['a'])} B {_ms(ms['b'])}",
+        f"median retrieval ms A {format_ms(ms['a'])} B {format_ms(ms['b'])}",
     ]
     for p in result["probes"]:
         lines.append(f"{p['episode']} {p['probe']}: overlap@{k} {p['overlap_at_k']:.2f}"
@@ -130,5 +126,11 @@ def _refused(probe: dict[str, Any]) -> str | None:
     return None if probe["status"] == "ok" else str(probe["error"] or probe["status"])
 
 
-def _ms(value: float | None) -> str:
+def median_ms(values: Iterable[float | None]) -> float | None:
+    """The median of the measured times (None ones left out); None when none was measured."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
+
+
+def format_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"

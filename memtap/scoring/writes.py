@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import statistics
 from collections import Counter
 from typing import Any
 
 from memtap.scoring.errors import ScoringError
+from memtap.scoring.retrievals import format_ms, median_ms
 
 __all__ = ["WRITES_FORMAT", "compare_writes", "render_writes"]
 
@@ -120,7 +120,6 @@ def compare_writes(
             "b": {k: v for k, v in right.items() if k not in ("event", "tool")},
             "same": left["did"] == right["did"],
         })  # fmt: skip
-    ms = {side: [w[side]["ms"] for w in writes if w[side]["ms"] is not None] for side in ("a", "b")}
     return {
         "format": WRITES_FORMAT,
         "runs": {"a": run_a, "b": run_b},
@@ -128,7 +127,7 @@ def compare_writes(
         "unpaired": {"a": len(a) - len(shared), "b": len(b) - len(shared)},
         "actions": {side: dict(Counter(w[side]["did"] for w in writes)) for side in ("a", "b")},
         "same_action": sum(w["same"] for w in writes),
-        "median_ms": {side: statistics.median(v) if v else None for side, v in ms.items()},
+        "median_ms": {side: median_ms(w[side]["ms"] for w in writes) for side in ("a", "b")},
         "writes": writes,
     }
 
@@ -137,7 +136,8 @@ def render_writes(result: dict[str, Any]) -> str:
     runs, ms = result["runs"], result["median_ms"]
     lines = [
         f"writes of {runs['a']} (A) and {runs['b']} (B): {result['paired']} recorded writes paired, "
-        f"{result['same_action']} with the same action; median write ms A {_ms(ms['a'])} B {_ms(ms['b'])}",
+        f"{result['same_action']} with the same action; "
+        f"median write ms A {format_ms(ms['a'])} B {format_ms(ms['b'])}",
     ]
     for side in ("a", "b"):
         counts = ", ".join(f"{n} {did}" for did, n in sorted(result["actions"][side].items()))
@@ -148,7 +148,7 @@ def render_writes(result: dict[str, Any]) -> str:
 
 
 def _side(side: dict[str, Any]) -> str:
-    text = f"{side['did']} ({_ms(side['ms'])} ms)"
+    text = f"{side['did']} ({format_ms(side['ms'])} ms)"
     if side["after"]:
         text += " " + "; ".join(repr(c) for c in side["after"])
     elif side["removed"]:
@@ -156,7 +156,3 @@ def _side(side: dict[str, Any]) -> str:
     if side["why"]:
         text += f" [{side['why']}]"
     return text
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
