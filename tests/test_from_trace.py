@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,11 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
     assert (
         writes["writes"][3]["a"]["after"] == writes["writes"][3]["b"]["after"] == ["Alice trains at Iron gym"]
     )
+    # the median write time of each side leaves out the calls it never made (B's skipped ones)
+    for side in ("a", "b"):
+        timed = [w[side]["ms"] for w in writes["writes"] if w[side]["ms"] is not None]
+        assert len(timed) == (10 if side == "a" else 8)
+        assert writes["median_ms"][side] == statistics.median(timed)
     retrievals = both["retrievals"]
     assert [(p["probe"], p["gate_a"], p["gate_b"], p["refused_a"], p["refused_b"]) for p in retrievals["probes"]] == [
         ("q00000", "observe:allow", "observe:allow", None, None),
@@ -202,6 +208,8 @@ def test_recorded_traffic_with_updates_and_deletes_replays_onto_the_reference_se
     assert "'Alice trains at Iron gym'" in table
     assert "trace-alice t00005 memory_add: A added" in table and "| B failed (" in table
     assert "\nretrievals of ab-builtin (A) and ab-mem0 (B): 2 probes paired" in table
+    median_a, median_b = writes["median_ms"]["a"], writes["median_ms"]["b"]
+    assert f"with the same action; median write ms A {median_a:.1f} B {median_b:.1f}\n" in table
 
 
 def test_a_from_trace_selection_with_no_events_is_one_clear_line(tmp_path: Path, db_path: Path) -> None:
