@@ -147,3 +147,23 @@ def test_after_commit_callbacks_see_every_committed_event_and_a_failing_one_stop
     store = TraceStore(tmp_path / "t.db")
     assert [e.id for e in store.list_events()] == ids
     store.close()
+
+
+async def test_findings_the_detector_process_could_not_store_are_stored_after_the_next_commit(
+    serve_memtap: Serve,
+) -> None:
+    import sqlite3
+
+    served = serve_memtap()
+    conn = sqlite3.connect(served.db)
+    conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON findings BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    conn.commit()
+    item = await _leak(served)
+    assert settled_findings(served, "leak_retrieval") == []  # found, not stored
+    conn.execute("DROP TRIGGER refuse")
+    conn.commit()
+    conn.close()
+    async with http_client(f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}) as client:
+        assert not (await client.call_tool("memory_list", {})).is_error
+    (finding,) = settled_findings(served, "leak_retrieval")
+    assert finding.item_ids == [item]
