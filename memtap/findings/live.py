@@ -55,7 +55,6 @@ class LiveFindings:
         self.db = Path(db)
         self.settings = settings
         self.recorder = recorder
-        self.skipped_batches = 0  # kept for /healthz: the worker reads the database, nothing is skipped
         self.notify_failures = 0
         self.stored = 0
         self.worker_error: str | None = None
@@ -152,7 +151,6 @@ class LiveFindings:
             "stored": self.stored,
             "by_kind": dict(stats.get("by_kind", {})),
             "detector_errors": stats.get("detector_errors", 0),
-            "skipped_batches": self.skipped_batches,
             "notify_failures": self.notify_failures,
             "pending_commits": lag,
             **({"worker_error": self.worker_error} if self.worker_error else {}),
