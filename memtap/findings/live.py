@@ -210,7 +210,7 @@ class LiveFindings:
     def _worker_failed(self, message: str) -> None:
         log.error("live findings: %s; live detection is off, memtap check finds the rest", message)
         with self._idle:
-            self.worker_error = message
+            self.worker_error = self.worker_error or message  # the first cause, not its echo
             self._idle.notify_all()
 
     def _publish(self, finding: Finding) -> None:
