@@ -191,11 +191,15 @@ class LiveFindings:
         for line in worker.stdout:
             try:
                 answer = json.loads(line)
-                for data in answer["findings"]:
-                    self._publish(finding_from_dict(data))
+                found = [finding_from_dict(data) for data in answer["findings"]]
             except Exception:
                 log.exception("live findings: an answer of the detector process could not be read")
                 continue
+            for finding in found:  # one that cannot be exported holds back neither the others nor the ack
+                try:
+                    self._publish(finding)
+                except Exception:
+                    log.exception("live findings: finding %s could not be exported", finding.id)
             if answer.get("error"):
                 log.warning("live findings: %s", answer["error"])
             with self._idle:
