@@ -194,6 +194,11 @@ def test_agent_endpoint_answers_bad_input_and_an_unreachable_memory_with_one_cle
         (json.dumps({"messages": []}).encode(), 400, "messages: give a non-empty list"),
         (json.dumps({"messages": [{"role": "robot", "content": "hi"}]}).encode(), 400, "messages[0]: role"),
         (
+            json.dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}).encode(),
+            400,
+            "messages[0].content: a part's text must be text",
+        ),
+        (
             json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": True}).encode(),
             400,
             "stream",

@@ -112,7 +112,10 @@ def _messages(body: dict[str, Any]) -> list[dict[str, str]] | str:
             continue
         content = message.get("content")
         if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+            if not all(isinstance(text, str) for text in texts):
+                return f"messages[{i}].content: a part's text must be text"
+            content = "".join(texts)
         if content is not None and not isinstance(content, str):
             return f"messages[{i}].content: give text"
         messages.append({"role": str(message["role"]), "content": content or ""})
