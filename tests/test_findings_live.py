@@ -147,3 +147,42 @@ def test_after_commit_callbacks_see_every_committed_event_and_a_failing_one_stop
     store = TraceStore(tmp_path / "t.db")
     assert [e.id for e in store.list_events()] == ids
     store.close()
+
+
+async def test_findings_the_detector_process_could_not_store_are_stored_after_the_next_commit(
+    serve_memtap: Serve,
+) -> None:
+    import sqlite3
+
+    served = serve_memtap()
+    conn = sqlite3.connect(served.db)
+    conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON findings BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    conn.commit()
+    item = await _leak(served)
+    assert settled_findings(served, "leak_retrieval") == []  # found, not stored
+    conn.execute("DROP TRIGGER refuse")
+    conn.commit()
+    conn.close()
+    async with http_client(f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}) as client:
+        assert not (await client.call_tool("memory_list", {})).is_error
+    (finding,) = settled_findings(served, "leak_retrieval")
+    assert finding.item_ids == [item]
+
+
+async def test_a_dead_detector_process_turns_live_detection_off_and_the_calls_go_on(
+    serve_memtap: Serve,
+) -> None:
+    served = serve_memtap()
+    live = served.runtime.findings
+    live._worker.kill()
+    async with http_client(f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}) as client:
+        added = await client.call_tool("memory_add", {"content": "Alice likes tea."})
+        assert not added.is_error
+        assert not (await client.call_tool("memory_list", {})).is_error
+    events = served.events(lambda evs: sum(e.tool.startswith("memory_") for e in evs) >= 2)
+    assert [e.status for e in events if e.tool.startswith("memory_")] == ["ok", "ok"]
+    assert live.wait_idle(timeout=20) is False  # the commits are never examined: it says so
+    error = live.stats_dict()["worker_error"]  # whichever thread saw it first: the answers or the pokes
+    assert error == "the detector process ended (exit code -9)" or error.startswith(
+        "the detector process stopped reading: "
+    )

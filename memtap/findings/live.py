@@ -55,7 +55,6 @@ class LiveFindings:
         self.db = Path(db)
         self.settings = settings
         self.recorder = recorder
-        self.skipped_batches = 0  # kept for /healthz: the worker reads the database, nothing is skipped
         self.notify_failures = 0
         self.stored = 0
         self.worker_error: str | None = None
@@ -152,7 +151,6 @@ class LiveFindings:
             "stored": self.stored,
             "by_kind": dict(stats.get("by_kind", {})),
             "detector_errors": stats.get("detector_errors", 0),
-            "skipped_batches": self.skipped_batches,
             "notify_failures": self.notify_failures,
             "pending_commits": lag,
             **({"worker_error": self.worker_error} if self.worker_error else {}),
@@ -193,11 +191,15 @@ class LiveFindings:
         for line in worker.stdout:
             try:
                 answer = json.loads(line)
-                for data in answer["findings"]:
-                    self._publish(finding_from_dict(data))
+                found = [finding_from_dict(data) for data in answer["findings"]]
             except Exception:
                 log.exception("live findings: an answer of the detector process could not be read")
                 continue
+            for finding in found:  # one that cannot be exported holds back neither the others nor the ack
+                try:
+                    self._publish(finding)
+                except Exception:
+                    log.exception("live findings: finding %s could not be exported", finding.id)
             if answer.get("error"):
                 log.warning("live findings: %s", answer["error"])
             with self._idle:
@@ -212,7 +214,7 @@ class LiveFindings:
     def _worker_failed(self, message: str) -> None:
         log.error("live findings: %s; live detection is off, memtap check finds the rest", message)
         with self._idle:
-            self.worker_error = message
+            self.worker_error = self.worker_error or message  # the first cause, not its echo
             self._idle.notify_all()
 
     def _publish(self, finding: Finding) -> None:

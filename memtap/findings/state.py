@@ -79,16 +79,6 @@ class TraceState:
     def item(self, backend: str, item_id: str) -> LiveItem | None:
         return self.items.get((backend, item_id))
 
-    def fact_survives(self, namespace: str, fact: str, *, besides: tuple[str, ...] = ()) -> bool:
-        """Whether a live item of ``namespace`` (or one of the texts ``besides``) still states ``fact``."""
-        if self.live_facts.get(namespace, Counter())[fact] > 0:
-            return True
-        padded = f" {fact} "
-        for text in besides:
-            if fact in facts(text) or padded in f" {normalise(text)} ":
-                return True
-        return any(padded in item.normalised for item in self.live_items(namespace))
-
     def live_item_states(self, namespace: str, fact: str, skip: set[tuple[str, str]]) -> bool:
         """Whether a live item of ``namespace`` not in ``skip`` states ``fact``: as one of its facts,
         or inside its words (`` fact `` in its padded normalised text). The same answer as asking

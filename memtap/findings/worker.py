@@ -107,10 +107,10 @@ def _serve(setup: dict[str, Any], db: str, pokes: _Pokes, out: IO[str]) -> None:
                 saved = save_findings(store.db, pending) if pending else []
                 stored += len(saved)
                 fresh = [f.as_dict() for f in saved]
-            except Exception as exc:
+                pending = []
+            except Exception as exc:  # kept: stored with the next poke's (saving twice keeps one)
                 log.exception("live findings: findings could not be stored")
                 errors.append(f"{type(exc).__name__}: {exc}")
-            pending = []
             last_save = time.monotonic()
             # What is alive now stays (the state): later collections look at new objects only.
             gc.freeze()
