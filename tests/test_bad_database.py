@@ -7,8 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,22 +58,23 @@ async def test_a_full_database_is_a_clear_backend_error_and_keeps_what_it_had(db
     await backend.close()
 
 
-def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+def _as_plain_user(*args: str) -> subprocess.CompletedProcess[str]:
+    """memtap as root without the capabilities that override file permissions
+    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH): file modes hold for it as for any user. Unlike
+    switching to another user, it can still run this checkout's interpreter and code, wherever
+    the checkout lies (a private ``mktemp -d`` folder included)."""
     return subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "memtap", *args],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": "/tmp"},
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-m", "memtap", *args],
+        capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
 
 @pytest.fixture
-def shared_folder() -> Iterator[Path]:
-    """A folder another user can enter (pytest's own tmp folders are private to root)."""
+def shared_folder(tmp_path: Path) -> Path:
+    """A folder for the files whose modes the plain-user memtap meets."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run memtap as another user")
-    folder = Path(tempfile.mkdtemp(prefix="memtap-ro-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder)
+        pytest.skip("needs root and setpriv to run memtap without root's permission overrides")
+    return tmp_path
 
 
 @pytest.fixture
@@ -86,9 +86,9 @@ def read_only_trace(shared_folder: Path) -> Path:
 
 
 def test_a_read_only_database_can_still_be_read_but_not_served(read_only_trace: Path) -> None:
-    listed = _as_nobody("trace", "list", "--db", str(read_only_trace), "--json")
+    listed = _as_plain_user("trace", "list", "--db", str(read_only_trace), "--json")
     assert listed.returncode == 0, listed.stderr
-    served = _as_nobody("serve", "--http", "127.0.0.1:0", "--db", str(read_only_trace))
+    served = _as_plain_user("serve", "--http", "127.0.0.1:0", "--db", str(read_only_trace))
     assert served.returncode == 2
     assert (
         served.stderr.strip()
@@ -98,9 +98,10 @@ def test_a_read_only_database_can_still_be_read_but_not_served(read_only_trace: 
 
 def test_a_database_in_a_folder_the_user_cannot_enter_is_one_clear_line(shared_folder: Path) -> None:
     private = shared_folder / "private"
-    private.mkdir(mode=0o700)
+    private.mkdir()
     TraceStore(private / "trace.db").close()
-    result = _as_nobody("trace", "list", "--db", str(private / "trace.db"))
+    private.chmod(0o000)  # its owner too needs the mode's permission to enter it
+    result = _as_plain_user("trace", "list", "--db", str(private / "trace.db"))
     assert result.returncode == 2
     assert (
         result.stderr.strip()
