@@ -12,6 +12,9 @@ accept, and those candidates are then checked with the rule's own test.
   hash) with ``k`` above that: by pigeonhole, A and B agree exactly on one group. Each item is
   stored under (k, group, its words in the group) for every ``k`` a query of a size that
   compares it could use; a query looks up its own ``k`` keys.
+* **Openings.** Two clauses state one subject with another value only when they open with the
+  same word (``supersede.py``): each opening word maps to the live items with a clause opening
+  with it (a superset: ``supersede.openings``).
 """
 
 from __future__ import annotations
@@ -68,8 +71,11 @@ class NamespaceIndex:
     def __init__(self) -> None:
         self.by_word: defaultdict[str, set[Key]] = defaultdict(set)
         self.by_signature: defaultdict[tuple[int, int, frozenset[str]], set[Key]] = defaultdict(set)
+        self.by_opening: defaultdict[str, set[Key]] = defaultdict(set)
 
-    def add(self, key: Key, words: frozenset[str]) -> None:
+    def add(self, key: Key, words: frozenset[str], openings: frozenset[str]) -> None:
+        for word in openings:
+            self.by_opening[word].add(key)
         by_word = self.by_word
         for word in words:
             by_word[word].add(key)
@@ -78,9 +84,11 @@ class NamespaceIndex:
             for signature in _signatures(words, k):
                 by_signature[signature].add(key)
 
-    def remove(self, key: Key, words: frozenset[str]) -> None:
+    def remove(self, key: Key, words: frozenset[str], openings: frozenset[str]) -> None:
         # Emptied sets stay (one per word or signature ever seen): cheaper than deleting and
         # making them again, and the word lookups below treat an empty set as none.
+        for word in openings:
+            self.by_opening[word].discard(key)
         by_word = self.by_word
         for word in words:
             by_word[word].discard(key)
@@ -102,6 +110,15 @@ class NamespaceIndex:
             buckets.append(bucket)
         buckets.sort(key=len)
         return buckets[0].intersection(*buckets[1:])
+
+    def opening_with(self, words: set[str]) -> set[Key]:
+        """The live items with a clause that may open with one of ``words``."""
+        found: set[Key] = set()
+        for word in words:
+            bucket = self.by_opening.get(word)
+            if bucket:
+                found |= bucket
+        return found
 
     def duplicate_candidates(self, words: frozenset[str]) -> set[Key]:
         """A superset of the live items near-equal (Jaccard >= 0.9) to ``words``."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from memtap.findings.facts import facts, normalise
 from memtap.findings.index import NamespaceIndex, compared_sizes, jaccard_at_least_09
+from memtap.findings.supersede import clauses, openings
 from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Op, TraceEvent
 
 __all__ = ["LiveItem", "Removal", "TraceState", "effect_namespace", "last_user_text"]
@@ -35,6 +36,15 @@ class LiveItem:
     turn: str | None
     event_id: str
     live: bool = True
+    seq: int = 0  # when it became live: the order of its namespace's live items
+
+    @cached_property
+    def clauses(self) -> list[tuple[str, ...]]:
+        return clauses(self.content)
+
+    @cached_property
+    def openings(self) -> frozenset[str]:
+        return openings(self.content)
 
     @cached_property
     def facts(self) -> frozenset[str]:
@@ -70,6 +80,7 @@ class TraceState:
     turns: dict[tuple[str, str | None], deque[str]] = field(default_factory=dict)
     removals: dict[tuple[str, str, str | None, str | None], list[Removal]] = field(default_factory=dict)
     events_seen: int = 0
+    made_live: int = 0  # live items made so far: the next one's ``seq``
 
     # -- queries --------------------------------------------------------------------
 
@@ -117,6 +128,15 @@ class TraceState:
                 return True
         return False
 
+    def opening_with(self, words: set[str], namespace: str) -> list[LiveItem]:
+        """The live items of ``namespace`` with a clause that may open with one of ``words``, in
+        the order ``live_items`` gives them."""
+        index = self.index.get(namespace)
+        if index is None:
+            return []
+        live = self.live[namespace]
+        return sorted((live[key] for key in index.opening_with(words)), key=_seq)
+
     def user_turns(self, namespace: str, session: str | None) -> list[str]:
         return list(self.turns.get((namespace, session), ()))
 
@@ -161,7 +181,9 @@ class TraceState:
                     session=ctx.session,
                     turn=ctx.turn,
                     event_id=event.id,
+                    seq=self.made_live,
                 )
+                self.made_live += 1
                 self.items[key] = item
                 self.live.setdefault(namespace, {})[key] = item
                 self.live_facts.setdefault(namespace, Counter()).update(item.facts)
@@ -169,7 +191,7 @@ class TraceState:
                 index = self.index.get(namespace)
                 if index is None:
                     index = self.index[namespace] = NamespaceIndex()
-                index.add(key, item.words)
+                index.add(key, item.words, item.openings)
         if (
             event.status == "ok"
             and event.op in (Op.WRITE, Op.UPDATE)
@@ -188,7 +210,7 @@ class TraceState:
             sized.pop((item.backend, item.item_id), None)
         index = self.index.get(item.namespace)
         if index is not None:
-            index.remove((item.backend, item.item_id), item.words)
+            index.remove((item.backend, item.item_id), item.words, item.openings)
 
     def similar_size(self, namespace: str, low: float, high: float) -> Iterator[LiveItem]:
         """Live items of ``namespace`` whose word set has between ``low`` and ``high`` words."""
@@ -202,6 +224,10 @@ class TraceState:
     def _turn_key(event: TraceEvent) -> tuple[str, str, str | None, str | None]:
         ctx = event.context
         return (event.backend, ctx.namespace, ctx.session, ctx.turn)
+
+
+def _seq(item: LiveItem) -> int:
+    return item.seq
 
 
 def effect_namespace(event: TraceEvent, eff: MemoryEffect) -> str:

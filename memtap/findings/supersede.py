@@ -24,13 +24,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memtap.findings.facts import asks_to_forget, is_correction, normalise
 from memtap.findings.model import Detector, Finding, finding_for
-from memtap.findings.state import TraceState
 from memtap.trace.models import MemoryEffect, TraceEvent
 
-__all__ = ["Superseded", "clauses", "states_change", "superseded", "superseded_findings"]
+if TYPE_CHECKING:  # state.py caches each live item's clauses and openings with this module's functions
+    from memtap.findings.state import TraceState
+
+__all__ = ["Superseded", "clauses", "openings", "states_change", "superseded", "superseded_findings"]
 
 _NEGATED_CHANGE = re.compile(
     r"\b(?:nothing|no|not|never|hasn'?t|haven'?t|didn'?t|doesn'?t|don'?t|won'?t|isn'?t)\s+"
@@ -40,6 +43,7 @@ _NEGATED_CHANGE = re.compile(
 _ABBREVIATION = re.compile(r"\b(Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.\s")
 _SPLIT = re.compile(r"(?<=[.!?;:])\s+|\n+")
 _MIN_SHARED = 3  # opening plus closing words two clauses must share to be about one subject
+_WORD = re.compile(r"[\w'-]+")  # a word, as ``normalise`` finds them
 
 
 def states_change(text: str) -> bool:
@@ -60,6 +64,20 @@ def clauses(text: str) -> list[tuple[str, ...]]:
         if words:
             out.append(words)
     return out
+
+
+def openings(text: str) -> frozenset[str]:
+    """A superset of the opening words of ``clauses(text)``, cheaply: the first word of every part
+    the text splits into at a sentence end. Titles are not protected and no part is left out here:
+    both only add openings (a clause is one or more consecutive parts, and its first word is the
+    first word of the first of them that has one). Two clauses about one subject share their
+    opening word, so this indexes the live items a change statement can supersede."""
+    found = set()
+    for part in _SPLIT.split(text):
+        match = _WORD.search(part.casefold())
+        if match is not None:
+            found.add(match.group(0))
+    return frozenset(found)
 
 
 @dataclass(frozen=True)
@@ -97,11 +115,19 @@ def superseded(new_text: str, old_texts: Iterable[str]) -> Iterator[tuple[int, S
     if not mine:
         return
     for n, old_text in enumerate(old_texts):
-        for old in clauses(old_text):
-            found = next((s for s in (_compare(new, old) for new in mine) if s is not None), None)
-            if found is not None:
-                yield n, found
-                break
+        found = first_superseded(mine, clauses(old_text))
+        if found is not None:
+            yield n, found
+
+
+def first_superseded(mine: list[tuple[str, ...]], theirs: list[tuple[str, ...]]) -> Superseded | None:
+    """The first clause of ``theirs`` (in order) that a clause of ``mine`` (the first that does)
+    gives another value."""
+    for old in theirs:
+        found = next((s for s in (_compare(new, old) for new in mine) if s is not None), None)
+        if found is not None:
+            return found
+    return None
 
 
 def superseded_findings(
@@ -115,14 +141,21 @@ def superseded_findings(
 ) -> Iterator[Finding]:
     """``stale_coexistence`` findings for a change statement ``eff`` wrote: each live item of the
     namespace (not touched by the event, not already ``flagged``) stating one of its subjects with
-    another value."""
+    another value, in the order the items became live. Only the items with a clause opening with
+    the word one of ``eff``'s clauses opens with are compared (the state's opening index): the
+    others share no opening word with it, which ``_compare`` requires."""
+    mine = clauses(eff.content_after or "")
+    if not mine:
+        return
     others = [
         item
-        for item in state.live_items(namespace)
+        for item in state.opening_with({words[0] for words in mine}, namespace)
         if (item.backend, item.item_id) not in skip and item.item_id not in flagged
     ]
-    for n, found in superseded(eff.content_after or "", (item.content for item in others)):
-        item = others[n]
+    for item in others:
+        found = first_superseded(mine, item.clauses)
+        if found is None:
+            continue
         yield finding_for(
             detector,
             event,
