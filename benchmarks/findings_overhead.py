@@ -147,7 +147,7 @@ def read_all(store: Any) -> int:
     count, after = 0, None
     with gc_paused():
         while True:
-            events, after = read_page(store.db.conn, after=after, limit=5000)
+            events, after = read_page(store.db.conn, after=after, limit=5000, lean=True)
             if not events:
                 return count
             count += len(events)

@@ -67,7 +67,7 @@ def _check(store: TraceStore, run: str | None, since: str | None, engine: Engine
     result = CheckResult()
     after: str | int | None = None
     while True:
-        events, after = read_page(store.db.conn, after=after, limit=_CHUNK, run=run)
+        events, after = read_page(store.db.conn, after=after, limit=_CHUNK, run=run, lean=True)
         if not events:
             break
         found = engine.feed(events)

@@ -27,13 +27,16 @@ _MONTHS = (
     "january|february|march|april|may|june|july|august|september|october|november|december"
     "|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
 )
+# Each pattern below that can only match at a few first characters says so in a lookahead: the
+# same matches (the lookahead holds wherever a match can start), found several times faster.
 _DATE = re.compile(
-    r"\b(\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}/\d{2,4}|(?:"
+    r"(?=\d|[adfjmnos])\b(\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}/\d{2,4}|(?:"
     + _MONTHS
     + r")\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?"
     r"|\d{1,2}(?:st|nd|rd|th)? (?:" + _MONTHS + r")(?:,? \d{4})?)\b",
     re.IGNORECASE,
 )
+_DIGIT = re.compile(r"\d")  # every date and number holds one
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:]\d+)*%?")
 _QUOTED = re.compile(r"\"([^\"]{1,80})\"|“([^”]{1,80})”|'([^'\s][^']{0,78}[^'\s])'(?!\w)")
 _NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
@@ -232,13 +235,14 @@ _SENTENCE_START_STOP = frozenset(
 )
 
 _FORGET = re.compile(
-    r"\b(forget|delete|remove|erase|drop|discard|clear|wipe|purge|don'?t remember|do not remember"
-    r"|stop remembering|no longer (?:remember|store|keep))\b",
+    r"(?=[cdefnprsw])\b(forget|delete|remove|erase|drop|discard|clear|wipe|purge"
+    r"|don'?t remember|do not remember|stop remembering|no longer (?:remember|store|keep))\b",
     re.IGNORECASE,
 )
 _CHANGE = re.compile(
-    r"\b(actually|correction|correct(?:ed|ing)?|change[ds]?|update[ds]?|instead|no longer|not any ?more"
-    r"|anymore|moved|switched|now (?:is|are|live|work|prefer|use)|replace[ds]?|wrong|mistake|rather)\b",
+    r"(?=[acimnrsuw])\b(actually|correction|correct(?:ed|ing)?|change[ds]?|update[ds]?|instead|no longer"
+    r"|not any ?more|anymore|moved|switched|now (?:is|are|live|work|prefer|use)|replace[ds]?|wrong|mistake"
+    r"|rather)\b",
     re.IGNORECASE,
 )
 _OLD_VALUE = re.compile(
@@ -261,6 +265,7 @@ def strings_in(value: object, skip_keys: frozenset[str] = frozenset()) -> Iterat
             yield from strings_in(inner, skip_keys)
 
 
+@lru_cache(maxsize=16384)
 def normalise(text: str) -> str:
     return " ".join(_WORD.findall(text.casefold()))
 
@@ -275,14 +280,16 @@ def facts(text: str) -> frozenset[str]:
     """The facts a text states, normalised: dates, numbers, quoted strings, capitalised names
     (not a lone sentence-opening word) and value phrases."""
     found: set[str] = set()
-    for match in _DATE.finditer(text):
-        found.add(normalise(match.group(0)))
-    undated = _DATE.sub(" ", text) if found else text  # no date: nothing to blank out
-    for match in _NUMBER.finditer(undated):
-        found.add(match.group(0).rstrip(".,:").casefold())
-    for match in _QUOTED.finditer(text):
-        quoted = next(g for g in match.groups() if g)
-        found.add(normalise(quoted))
+    if _DIGIT.search(text) is not None:  # else no date and no number
+        for match in _DATE.finditer(text):
+            found.add(normalise(match.group(0)))
+        undated = _DATE.sub(" ", text) if found else text  # no date: nothing to blank out
+        for match in _NUMBER.finditer(undated):
+            found.add(match.group(0).rstrip(".,:").casefold())
+    if '"' in text or "'" in text or "“" in text:  # else nothing quoted
+        for match in _QUOTED.finditer(text):
+            quoted = next(g for g in match.groups() if g)
+            found.add(normalise(quoted))
     for match in _NAME.finditer(text):
         name = match.group(0)
         parts = name.split()
@@ -314,6 +321,7 @@ def asks_to_change(text: str) -> bool:
     return _CHANGE.search(text) is not None or asks_to_forget(text)
 
 
+@lru_cache(maxsize=4096)
 def is_correction(text: str) -> bool:
     return _CHANGE.search(text) is not None
 

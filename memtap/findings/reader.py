@@ -8,6 +8,12 @@ and the models are built with their field values set directly, as ``model_constr
 minus its per-field bookkeeping. Contexts and access tags repeat (one per session, one per
 owner) and are parsed once per distinct text. What comes back is equal, field for field, to
 what ``list_events`` returns (``tests/test_findings_equivalence.py`` checks it).
+
+``lean=True`` (``memtap check`` and the live detectors) reads only what the detectors read: an
+event's timings, front door, model and token columns and an effect's tags before, rank, score,
+derived-from, reconciled flag and evidence are left at their defaults (``ended_at`` is the start);
+``result`` is parsed for chat calls only, and ``arguments`` only for chat calls and events that
+removed something (a delete or update effect): the only ones a rule reads them from.
 """
 
 from __future__ import annotations
@@ -24,6 +30,16 @@ from memtap.errors import StoreError
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
 
 __all__ = ["read_page", "tail_start"]
+# The columns the detectors read (``lean``), in the order ``_lean_event`` and ``_lean_effect`` take them.
+_LEAN_EVENT_SQL = (
+    "SELECT rowid, id, started_at, backend, tool, op, status, error, context, arguments, result, gate,"
+    " parent_id, links FROM events"
+)
+_LEAN_EFFECT_SQL = (
+    "SELECT event_id, kind, item_id, namespace, content_before, content_after, tags_after FROM effects"
+    " WHERE event_id >= ? AND event_id <= ? ORDER BY event_id, seq"
+)
+_REMOVING = frozenset({EffectKind.DELETE.value, EffectKind.UPDATE.value})
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -151,6 +167,78 @@ def _event(row: tuple[Any, ...], effects: list[MemoryEffect]) -> TraceEvent:
     return _built(TraceEvent, values, _TRACE_EVENT_SET)
 
 
+def _lean_effect(row: tuple[Any, ...]) -> MemoryEffect:
+    kind, item_id, namespace, before, after, tags_after = row
+    return _built(
+        MemoryEffect,
+        {
+            "kind": _KINDS[kind],
+            "item_id": item_id,
+            "namespace": namespace,
+            "content_before": before,
+            "content_after": after,
+            "tags_before": None,
+            "tags_after": None if tags_after is None else _tags(tags_after),
+            "rank": None,
+            "score": None,
+            "derived_from": [],
+            "reconciled": False,
+            "evidence": None,
+        },
+        _EFFECT_SET,
+    )
+
+
+def _lean_event(row: tuple[Any, ...], effects: list[MemoryEffect], removing: bool) -> TraceEvent:
+    (
+        _,
+        id_,
+        started_at,
+        backend,
+        tool,
+        op_text,
+        status,
+        error,
+        context,
+        arguments,
+        result,
+        gate,
+        parent,
+        links,
+    ) = row
+    op = _OPS[op_text]
+    started = datetime.fromisoformat(started_at)
+    chat = op is Op.CHAT
+    values = {
+        "id": id_,
+        "started_at": started,
+        "ended_at": started,
+        "front_door": "",
+        "backend": backend,
+        "tool": tool,
+        "op": op,
+        "context": _context(context),
+        "arguments": json.loads(arguments) if chat or removing else {},
+        "result": _load(result) if chat else None,
+        "effects": effects,
+        "backend_ms": None,
+        "overhead_ms": None,
+        "status": status,
+        "error": error,
+        "gate": gate,
+        "total_ms": None,
+        "parent_id": parent,
+        "model": None,
+        "provider": None,
+        "input_tokens": None,
+        "output_tokens": None,
+        "ttft_ms": None,
+        "memory_ms": None,
+        "links": (json.loads(links) or []) if links is not None else [],
+    }
+    return _built(TraceEvent, values, _TRACE_EVENT_SET)
+
+
 def read_page(
     conn: sqlite3.Connection,
     *,
@@ -158,9 +246,11 @@ def read_page(
     limit: int,
     run: str | None = None,
     by_rowid: bool = False,
+    lean: bool = False,
 ) -> tuple[list[TraceEvent], str | int | None]:
     """Up to ``limit`` events after ``after`` (an event id, or a rowid when ``by_rowid``: the order
-    they were committed in), with their effects; and where the next page starts."""
+    they were committed in), with their effects; and where the next page starts. ``lean``: only
+    what the detectors read (the module's docstring)."""
     where: list[str] = []
     args: list[Any] = []
     if after is not None:
@@ -169,8 +259,9 @@ def read_page(
     if run is not None:
         where.append("run_id = ?")
         args.append(run)
-    sql = _EVENT_SQL + (" WHERE " + " AND ".join(where) if where else "")
+    sql = (_LEAN_EVENT_SQL if lean else _EVENT_SQL) + (" WHERE " + " AND ".join(where) if where else "")
     sql += (" ORDER BY rowid" if by_rowid else " ORDER BY id") + f" LIMIT {int(limit)}"
+    removing: set[str] = set()
     try:
         rows = conn.execute(sql, args).fetchall()
         if not rows:
@@ -179,13 +270,24 @@ def read_page(
         effects: dict[str, list[MemoryEffect]] = {i: [] for i in ids}
         # One index range over the page: events of other runs (or committed out of id order)
         # inside it are skipped.
-        for erow in conn.execute(_EFFECT_SQL, (min(ids), max(ids))):
-            mine = effects.get(erow[0])
-            if mine is not None:
-                mine.append(_effect(erow[1:]))
+        if lean:
+            for erow in conn.execute(_LEAN_EFFECT_SQL, (min(ids), max(ids))):
+                mine = effects.get(erow[0])
+                if mine is not None:
+                    mine.append(_lean_effect(erow[1:]))
+                    if erow[1] in _REMOVING:
+                        removing.add(erow[0])
+        else:
+            for erow in conn.execute(_EFFECT_SQL, (min(ids), max(ids))):
+                mine = effects.get(erow[0])
+                if mine is not None:
+                    mine.append(_effect(erow[1:]))
     except sqlite3.Error as exc:
         raise StoreError(f"events could not be read: {exc}") from exc
-    events = [_event(row, effects[row[1]]) for row in rows]
+    if lean:
+        events = [_lean_event(row, effects[row[1]], row[1] in removing) for row in rows]
+    else:
+        events = [_event(row, effects[row[1]]) for row in rows]
     return events, (rows[-1][0] if by_rowid else rows[-1][1])
 
 

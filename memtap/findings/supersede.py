@@ -47,8 +47,9 @@ _WORD = re.compile(r"[\w'-]+")  # a word, as ``normalise`` finds them
 
 
 def states_change(text: str) -> bool:
-    """Whether ``text`` says something changed: a change cue outside negated phrases."""
-    return is_correction(_NEGATED_CHANGE.sub(" ", text))
+    """Whether ``text`` says something changed: a change cue outside negated phrases. (Blanking
+    the negated phrases cannot make a cue: with none in ``text``, none is left.)"""
+    return is_correction(text) and is_correction(_NEGATED_CHANGE.sub(" ", text))
 
 
 def clauses(text: str) -> list[tuple[str, ...]]:

@@ -93,7 +93,9 @@ def _serve(setup: dict[str, Any], db: str, pokes: _Pokes, out: IO[str]) -> None:
             seq = int(line)
             try:
                 while True:
-                    events, after = read_page(store.db.conn, after=after, limit=_PAGE, by_rowid=True)
+                    events, after = read_page(
+                        store.db.conn, after=after, limit=_PAGE, by_rowid=True, lean=True
+                    )
                     if not events:
                         break
                     pending.extend(engine.feed(events))
