@@ -137,10 +137,11 @@ class CrossNamespace:
                 },
             )
             return
+        items, backend = state.items, event.backend
         for eff in event.effects:
             if eff.kind != EffectKind.RETRIEVE:
                 continue
-            item = state.item(event.backend, eff.item_id)
+            item = items.get((backend, eff.item_id))
             owner_ns = item.namespace if item is not None else effect_namespace(event, eff)
             if owner_ns != ctx.namespace:
                 yield finding_for(

@@ -20,6 +20,7 @@ __all__ = [
     "near_equal",
     "normalise",
     "strings_in",
+    "word_set",
     "words",
 ]
 
@@ -268,6 +269,12 @@ def strings_in(value: object, skip_keys: frozenset[str] = frozenset()) -> Iterat
 @lru_cache(maxsize=16384)
 def normalise(text: str) -> str:
     return " ".join(_WORD.findall(text.casefold()))
+
+
+@lru_cache(maxsize=16384)
+def word_set(text: str) -> frozenset[str]:
+    """Every word of the normalised text (a live item's words; what the duplicate rule compares)."""
+    return frozenset(normalise(text).split())
 
 
 def words(text: str) -> frozenset[str]:

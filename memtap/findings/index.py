@@ -53,16 +53,17 @@ def _groups_for_item(size: int) -> tuple[int, ...]:
     return tuple(sorted(ks))
 
 
-def _signatures(words: frozenset[str], k: int) -> list[tuple[int, int, frozenset[str]]]:
+@lru_cache(maxsize=8192)  # a written item's words: signed when the duplicate rule asks, then indexed
+def _signatures(words: frozenset[str], k: int) -> tuple[tuple[int, int, frozenset[str]], ...]:
     if k == 1:
-        return [(1, 0, words)]
+        return ((1, 0, words),)
     if k == 2:
         odd = frozenset([w for w in words if hash(w) & 1])
-        return [(2, 0, words - odd), (2, 1, odd)]
+        return ((2, 0, words - odd), (2, 1, odd))
     parts: list[list[str]] = [[] for _ in range(k)]
     for word in words:
         parts[hash(word) % k].append(word)
-    return [(k, g, frozenset(part)) for g, part in enumerate(parts)]
+    return tuple((k, g, frozenset(part)) for g, part in enumerate(parts))
 
 
 class NamespaceIndex:

@@ -18,6 +18,7 @@ from memtap.findings.facts import (
     near_equal,
     normalise,
     strings_in,
+    word_set,
 )
 from memtap.findings.model import Finding, Severity, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
@@ -345,7 +346,7 @@ class Duplicate:
             if eff.kind not in _WRITES or not eff.content_after:
                 continue
             namespace = effect_namespace(event, eff)
-            mine = frozenset(normalise(eff.content_after).split())
+            mine = word_set(eff.content_after)
             if not mine:
                 continue
             # Jaccard >= 0.9 needs word sets within 10% of each other's size: only those are compared.

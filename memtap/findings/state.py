@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
-from memtap.findings.facts import facts, normalise
+from memtap.findings.facts import facts, normalise, word_set
 from memtap.findings.index import NamespaceIndex, compared_sizes, jaccard_at_least_09
 from memtap.findings.supersede import clauses, openings
 from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Op, TraceEvent
@@ -23,8 +22,12 @@ __all__ = ["LiveItem", "Removal", "TraceState", "effect_namespace", "last_user_t
 _TURNS_KEPT = 200  # user turns remembered per session
 
 
-@dataclass
+@dataclass(slots=True)
 class LiveItem:
+    """A live item, with what the rules ask of its content worked out once: its facts, words and
+    clause openings when it is made (every write needs them for the indexes), its normalised text
+    and clauses when first asked."""
+
     backend: str
     item_id: str
     namespace: str
@@ -37,27 +40,29 @@ class LiveItem:
     event_id: str
     live: bool = True
     seq: int = 0  # when it became live: the order of its namespace's live items
+    facts: frozenset[str] = field(init=False, repr=False, compare=False)
+    words: frozenset[str] = field(init=False, repr=False, compare=False)
+    openings: frozenset[str] = field(init=False, repr=False, compare=False)
+    _normalised: str | None = field(default=None, init=False, repr=False, compare=False)
+    _clauses: list[tuple[str, ...]] | None = field(default=None, init=False, repr=False, compare=False)
 
-    @cached_property
-    def clauses(self) -> list[tuple[str, ...]]:
-        return clauses(self.content)
+    def __post_init__(self) -> None:
+        self.facts = facts(self.content)
+        self.words = word_set(self.content)
+        self.openings = openings(self.content)
 
-    @cached_property
-    def openings(self) -> frozenset[str]:
-        return openings(self.content)
-
-    @cached_property
-    def facts(self) -> frozenset[str]:
-        return facts(self.content)
-
-    @cached_property
+    @property
     def normalised(self) -> str:
         """The content normalised and padded with spaces, for whole-phrase lookups."""
-        return f" {normalise(self.content)} "
+        if self._normalised is None:
+            self._normalised = f" {normalise(self.content)} "
+        return self._normalised
 
-    @cached_property
-    def words(self) -> frozenset[str]:
-        return frozenset(self.normalised.split())
+    @property
+    def clauses(self) -> list[tuple[str, ...]]:
+        if self._clauses is None:
+            self._clauses = clauses(self.content)
+        return self._clauses
 
 
 @dataclass
@@ -150,9 +155,12 @@ class TraceState:
             if text:
                 self.turns.setdefault((ctx.namespace, ctx.session), deque(maxlen=_TURNS_KEPT)).append(text)
         for eff in event.effects:
+            kind = eff.kind
+            if kind != EffectKind.DELETE and kind != EffectKind.ADD and kind != EffectKind.UPDATE:
+                continue  # a retrieval changes nothing
             key = (event.backend, eff.item_id)
             namespace = effect_namespace(event, eff)
-            if eff.kind == EffectKind.DELETE:
+            if kind == EffectKind.DELETE:
                 item = self.items.get(key)
                 if item is not None and item.live:
                     self._unlive(item)
@@ -161,37 +169,44 @@ class TraceState:
                         event.id, eff.item_id, namespace, eff.content_before or (item.content if item else "")
                     )
                 )
-            elif eff.kind in (EffectKind.ADD, EffectKind.UPDATE):
-                old = self.items.get(key)
-                if old is not None and old.live:
-                    self._unlive(old)
-                if eff.kind == EffectKind.UPDATE and eff.content_before is not None and old is None:
-                    self.removals.setdefault(self._turn_key(event), []).append(
-                        Removal(event.id, eff.item_id, namespace, eff.content_before)
-                    )
-                creator_role = old.role if old is not None and eff.kind == EffectKind.UPDATE else None
-                item = LiveItem(
-                    backend=event.backend,
-                    item_id=eff.item_id,
-                    namespace=namespace,
-                    content=eff.content_after or "",
-                    tags=eff.tags_after or (old.tags if old is not None else None),
-                    role=creator_role or (str(ctx.role) if ctx.role is not None else None),
-                    principal=ctx.principal,
-                    session=ctx.session,
-                    turn=ctx.turn,
-                    event_id=event.id,
-                    seq=self.made_live,
+                continue
+            old = self.items.get(key)
+            if old is not None and old.live:
+                self._unlive(old)
+            if kind == EffectKind.UPDATE and eff.content_before is not None and old is None:
+                self.removals.setdefault(self._turn_key(event), []).append(
+                    Removal(event.id, eff.item_id, namespace, eff.content_before)
                 )
-                self.made_live += 1
-                self.items[key] = item
-                self.live.setdefault(namespace, {})[key] = item
-                self.live_facts.setdefault(namespace, Counter()).update(item.facts)
-                self.by_size.setdefault(namespace, {}).setdefault(len(item.words), {})[key] = item
-                index = self.index.get(namespace)
-                if index is None:
-                    index = self.index[namespace] = NamespaceIndex()
-                index.add(key, item.words, item.openings)
+            creator_role = old.role if old is not None and kind == EffectKind.UPDATE else None
+            item = LiveItem(
+                backend=event.backend,
+                item_id=eff.item_id,
+                namespace=namespace,
+                content=eff.content_after or "",
+                tags=eff.tags_after or (old.tags if old is not None else None),
+                role=creator_role or (str(ctx.role) if ctx.role is not None else None),
+                principal=ctx.principal,
+                session=ctx.session,
+                turn=ctx.turn,
+                event_id=event.id,
+                seq=self.made_live,
+            )
+            self.made_live += 1
+            self.items[key] = item
+            index = self.index.get(namespace)
+            if index is None:  # the namespace's first live item
+                index = self.index[namespace] = NamespaceIndex()
+                self.live[namespace] = {}
+                self.live_facts[namespace] = Counter()
+                self.by_size[namespace] = {}
+            self.live[namespace][key] = item
+            self.live_facts[namespace].update(item.facts)
+            sized = self.by_size[namespace]
+            bucket = sized.get(len(item.words))
+            if bucket is None:
+                bucket = sized[len(item.words)] = {}
+            bucket[key] = item
+            index.add(key, item.words, item.openings)
         if (
             event.status == "ok"
             and event.op in (Op.WRITE, Op.UPDATE)
