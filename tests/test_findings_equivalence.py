@@ -110,3 +110,48 @@ async def test_events_read_in_bulk_equal_what_the_store_reads(serve_memtap: Serv
     assert [e.model_dump() for e in by_id] == [e.model_dump() for e in validated]
     assert sorted(e.id for e in by_commit) == [e.id for e in validated]
     assert {e.id: e.model_dump() for e in by_commit} == {e.id: e.model_dump() for e in validated}
+
+
+def _detector_view(event: Any, with_arguments: bool) -> dict[str, Any]:
+    """What the detectors read of an event (``reader.py``'s lean mode keeps exactly this)."""
+    return {
+        "fields": [
+            event.id,
+            event.started_at,
+            event.backend,
+            event.tool,
+            event.op,
+            event.status,
+            event.error,
+            event.context,
+            event.gate,
+            event.parent_id,
+            event.links,
+        ],
+        "arguments": event.arguments if with_arguments else None,
+        "result": event.result if event.op == "chat" else None,
+        "effects": [
+            (e.kind, e.item_id, e.namespace, e.content_before, e.content_after, e.tags_after)
+            for e in event.effects
+        ],
+    }
+
+
+async def test_lean_reading_keeps_everything_the_detectors_read(serve_memtap: Serve) -> None:
+    served = serve_memtap()
+    await _traffic(served)
+    served.settle()
+    store = TraceStore(served.db)
+    try:
+        full, _ = read_page(store.db.conn, after=None, limit=10_000)
+        lean, _ = read_page(store.db.conn, after=None, limit=10_000, lean=True)
+    finally:
+        store.close()
+    assert len(lean) == len(full) == 55
+    removing = {e.id for e in full if any(x.kind in ("delete", "update") for x in e.effects)}
+    assert removing  # the traffic deletes and updates: their arguments are read
+    for a, b in zip(full, lean, strict=True):
+        keep = a.op == "chat" or a.id in removing
+        assert _detector_view(a, keep) == _detector_view(b, keep)
+        if not keep:
+            assert b.arguments == {}  # not parsed: no rule reads them
