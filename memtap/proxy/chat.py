@@ -351,11 +351,22 @@ class ChatProxy:
         """Send chunks on as they arrive, cut at event boundaries; stop when the client leaves.
 
         ``held`` gets what ends the stream (``data: [DONE]``, the upstream's last bytes, the end
-        of the body): in durable mode it is sent after the event's commit."""
+        of the body): in durable mode it is sent after the event's commit. The chunks are pumped
+        in this task; a second one waits for the client to leave and then cancels this one
+        (one task and no wait set per stream: they cost more than the stream's own sends)."""
         forwarded = _Forwarded()
         sent = forwarded.sent
+        this = asyncio.current_task()
+        assert this is not None
+        left = [False]
 
-        async def pump() -> None:
+        async def watch() -> None:
+            await _wait_disconnect(receive)
+            left[0] = True
+            this.cancel()
+
+        watching = asyncio.ensure_future(watch())
+        try:
             pending = b""
             async for chunk in chunks:
                 data = pending + chunk if pending else chunk
@@ -373,26 +384,19 @@ class ChatProxy:
             if pending:  # the upstream's last bytes, as they are
                 await held({"type": "http.response.body", "body": pending, "more_body": True})
                 sent.append((time.perf_counter(), pending))
-
-        pumping = asyncio.ensure_future(pump())
-        watching = asyncio.ensure_future(_wait_disconnect(receive))
-        try:
-            await asyncio.wait((pumping, watching), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (pumping, watching):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(pumping, watching, return_exceptions=True)
-        if not pumping.cancelled() and pumping.exception() is not None:
-            error = pumping.exception()
-            if not isinstance(error, UpstreamError):
-                raise error  # type: ignore[misc]
+        except asyncio.CancelledError:
+            if not left[0]:
+                raise
+            this.uncancel()  # the client left: that cancellation was ours, and it is spent
+            forwarded.disconnected = True
+        except UpstreamError as error:
             forwarded.error = error
-            event = b"data: " + error.body + b"\n\n"
+        finally:
+            watching.cancel()
+        if forwarded.error is not None:
+            event = b"data: " + forwarded.error.body + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
             sent.append((time.perf_counter(), event))
-        elif pumping.cancelled() or not pumping.done():
-            forwarded.disconnected = True
         if not forwarded.disconnected:
             await held({"type": "http.response.body", "body": b"", "more_body": False})
         forwarded.ended_at = time.perf_counter()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import json.scanner
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,8 @@ def _payloads(data: bytes) -> list[str]:
 
 
 _DECODER = json.JSONDecoder()
-_SCAN = _DECODER.scan_once  # the C scanner: (value, end) from a str and a start index
+# The C scanner: (value, end) from a str and a start index (typeshed types its argument oddly).
+_SCAN = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
 _JSON_SPACE = " \t\n\r"
 
 
