@@ -65,7 +65,7 @@ def start(
         proc = subprocess.Popen(
             [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{port}",
              "--db", str(workdir / f"{label}.db"), "--config", str(config)],
-            stderr=subprocess.DEVNULL, env=env,
+            stderr=subprocess.DEVNULL, env=env, cwd=tree,  # -m puts the working directory first on the path
         )  # fmt: skip
         procs.append(proc)
         wait_for(f"http://127.0.0.1:{port}/healthz", proc)
