@@ -98,6 +98,39 @@ MIXED = b"".join(
         b'data: {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "tail"}}]}',  # no blank line
     ]
 )
+
+
+def _text(content: Any, **extra: Any) -> bytes:
+    return _event(
+        {"id": "c", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}], **extra}
+    )
+
+
+# Events that look alike around their text, and events that only seem to.
+LOOKALIKE = b"".join(
+    [
+        _text("a"),
+        _text('b\n"q" \u00e9 \\'),
+        _text(None),
+        _text(["not", "text"]),
+        _text("c", obfuscation="xyz"),
+        _text("d", obfuscation="xy"),
+        b'data: {"id": "c", "choices": [{"index": 0, "delta": {"content": "e"}, "finish_reason": null}]}\n\n',
+        _text("f").replace(b'"f"', b'"f","refusal":"r"'),
+        _text("g").replace(b'"g"', b'"g\\x"'),  # an escape JSON does not have
+        _text("h").replace(b'"h"', b'"h\x01"'),  # a control character inside the string
+        _text("i", logprobs={"content": [{"token": "i"}]}),
+        _text("j", logprobs={"content": [{"token": "j"}]}),
+        _event({"id": "c", 'say "content': "k", "choices": [{"index": 0, "delta": {"content": "k"}}]}),
+        _event({"id": "c", 'say "content': "l", "choices": [{"index": 0, "delta": {"content": "l"}}]}),
+        _event({"id": "c", 'say "content': "m", "choices": [{"index": 0, "delta": {"content": "n"}}]}),
+        _text("o").replace(b'"o"', b'"o"   '),
+        _text("p", usage=USAGE),
+        _text("q", usage={**USAGE, "completion_tokens": 4}),
+        _text("\x00memtap-probe"),
+        _text("r"),
+    ]
+)
 NO_USAGE = PLAIN.replace(_event({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m-1",
                                  "choices": [], "usage": USAGE}), b"")  # fmt: skip
 CRLF = PLAIN.replace(b"\n", b"\r\n")
@@ -128,7 +161,11 @@ def _summary(summary: StreamSummary) -> tuple[dict[str, Any], float | None]:
     return summary.result(), summary.first_token_at
 
 
-@pytest.mark.parametrize("stream", [PLAIN, MIXED, NO_USAGE, CRLF], ids=["plain", "mixed", "no-usage", "crlf"])
+@pytest.mark.parametrize(
+    "stream",
+    [PLAIN, MIXED, NO_USAGE, CRLF, LOOKALIKE],
+    ids=["plain", "mixed", "no-usage", "crlf", "lookalike"],
+)
 def test_the_summary_is_the_same_however_the_stream_was_cut_into_reads(stream: bytes) -> None:
     rng = random.Random(16)
     readings = [[stream], [stream[i : i + 1] for i in range(len(stream))]]
@@ -206,3 +243,19 @@ def test_a_stream_split_mid_event_across_reads_is_forwarded_as_it_came_and_recor
         assert (
             event.ttft_ms is not None and event.total_ms is not None and 0 < event.ttft_ms <= event.total_ms
         )
+
+
+def test_events_alike_but_for_their_text_add_exactly_their_text() -> None:
+    result = summarise_stream([(0.0, LOOKALIKE)]).result()
+    assert result["choices"] == [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": 'ab\n"q" é \\cdefijklnopq\x00memtap-prober',
+                "refusal": "r",
+            },
+        }
+    ]
+    assert result["usage"] == {**USAGE, "completion_tokens": 4}
+    assert result["stream"] == {"events": 18, "done": False}

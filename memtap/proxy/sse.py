@@ -16,6 +16,8 @@ import bisect
 import itertools
 import json
 import json.scanner
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +57,8 @@ _DECODER = json.JSONDecoder()
 # The C scanner: (value, end) from a str and a start index (typeshed types its argument oddly).
 _SCAN = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
 _JSON_SPACE = " \t\n\r"
+# The C string scanner: (text, end) of the JSON string starting after the quote at end - 1.
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 def _parse(payload: str) -> Any:
@@ -174,42 +178,155 @@ def _payload_of(block: bytes) -> str | None:
     return "\n".join(lines) if lines else None
 
 
-def _take(summary: StreamSummary, payload: str) -> bool:
-    """Count one event's payload in; whether it carried the stream's first token."""
+def _event(summary: StreamSummary, payload: str) -> dict[str, Any] | None:
+    """One event's payload as the chunk to add, or None (``[DONE]``, an error, not an object)."""
     if payload[:1] != "{" and payload.strip() == "[DONE]":
         summary.done = True
-        return False
+        return None
     try:
         parsed = _parse(payload)
     except ValueError:
-        return False
+        return None
     if not isinstance(parsed, dict):
-        return False
+        return None
     if "error" in parsed and "choices" not in parsed:
         summary.error = parsed["error"]
-        return False
-    return summary.add(parsed) and summary.first_token_at is None
+        return None
+    return parsed
+
+
+def _take(summary: StreamSummary, payload: str) -> bool:
+    """Count one event's payload in; whether it carried the stream's first token."""
+    parsed = _event(summary, payload)
+    return parsed is not None and summary.add(parsed) and summary.first_token_at is None
 
 
 def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
     """Rebuild the completion from the forwarded chunks and the times they were sent; an
     event counts as sent with the chunk that completed it (bytes after the last blank line
-    count as an event sent with the last chunk)."""
+    count as an event sent with the last chunk).
+
+    An event that is a :class:`_Template`'s bytes with another text in its place is counted
+    in without parsing it (a stream's text events usually differ in their text alone)."""
     if not chunks:
         return StreamSummary()
     data = chunks[0][1] if len(chunks) == 1 else b"".join([chunk for _, chunk in chunks])
     if b"\r" in data:
         return summarise_by_chunk(chunks)
     summary = StreamSummary()
-    blocks = data.split(b"\n\n")
+    template: _Template | None = None
+    tries = _TEMPLATE_TRIES
     end = 0  # where the current event's blank line ends, in ``data``
-    for block in blocks:
+    for block in data.split(b"\n\n"):
         end += len(block) + 2
-        payload = _payload_of(block)
-        if payload is not None and _take(summary, payload):
+        token = False
+        piece = template.text_of(block) if template is not None else None
+        if piece is not None:
+            assert template is not None
+            token = template.add(summary, piece)
+        else:
+            payload = _payload_of(block)
+            if payload is None:
+                continue
+            parsed = _event(summary, payload)
+            if parsed is None:
+                continue
+            token = summary.add(parsed)
+            if tries and b"\n" not in block:
+                found = _Template.of(block, parsed, summary)
+                if found is not None:
+                    template, tries = found, tries - 1
+        if token and summary.first_token_at is None:
             ends = list(itertools.accumulate(len(chunk) for _, chunk in chunks))
             summary.first_token_at = chunks[min(bisect.bisect_left(ends, end), len(chunks) - 1)][0]
     return summary
+
+
+_TEMPLATE_TRIES = 3  # templates made per stream at most (each costs a parse more)
+_STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_PROBE = "\x00memtap-probe"
+_PROBE_TOKEN = b'"\\u0000memtap-probe"'
+
+
+class _Template:
+    """A parsed text event's bytes around its ``content`` string: an event with the same bytes
+    around another string is the same chunk with that text, and adds that text alone.
+
+    Made from an event with one choice whose delta holds ``content`` and no other text or tool
+    call, once the string's place is proven: the event with a probe string there must parse to
+    the same chunk with the probe as its content (so nothing else in the event is that string).
+    """
+
+    __slots__ = ("message", "prefix", "size", "suffix")
+
+    def __init__(self, prefix: bytes, suffix: bytes, message: dict[str, Any]) -> None:
+        self.prefix, self.suffix, self.message = prefix, suffix, message
+        self.size = len(prefix) + len(suffix) + 2
+
+    @classmethod
+    def of(cls, block: bytes, parsed: dict[str, Any], summary: StreamSummary) -> _Template | None:
+        choices = parsed.get("choices")
+        if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+            return None
+        delta = choices[0].get("delta")
+        if not isinstance(delta, dict) or delta.get("tool_calls"):
+            return None
+        content = delta.get("content")
+        if not isinstance(content, str) or content == _PROBE:
+            return None
+        if any(isinstance(delta.get(key), str) and delta[key] for key in ("refusal", "reasoning_content")):
+            return None
+        message = summary.choices.get(int(choices[0].get("index") or 0), {}).get("message")
+        at = block.find(b'"content"')
+        while at >= 0 and message is not None:
+            start = at + 9
+            while block[start : start + 1] in (b" ", b"\t"):
+                start += 1
+            if block[start : start + 1] == b":":
+                start += 1
+                while block[start : start + 1] in (b" ", b"\t"):
+                    start += 1
+                token = _STRING_TOKEN.match(block, start)
+                if token is not None:
+                    probe = _payload_of(block[:start] + _PROBE_TOKEN + block[token.end() :])
+                    try:
+                        probed = _parse(probe) if probe is not None else None
+                    except ValueError:
+                        probed = None
+                    delta["content"] = _PROBE
+                    same = probed == parsed
+                    delta["content"] = content
+                    if same:
+                        return cls(block[:start], block[token.end() :], message)
+            at = block.find(b'"content"', at + 9)
+        return None
+
+    def text_of(self, block: bytes) -> str | None:
+        """The text of an event made like this one, or None if it is not."""
+        if len(block) < self.size or not block.startswith(self.prefix) or not block.endswith(self.suffix):
+            return None
+        raw = block[len(self.prefix) : len(block) - len(self.suffix)]
+        if raw[:1] != b'"':
+            return None
+        text = raw.decode("utf-8", "replace")
+        try:
+            value, end = _scanstring(text, 1)
+        except ValueError:
+            return None
+        return value if end == len(text) else None
+
+    def add(self, summary: StreamSummary, piece: str) -> bool:
+        """Count in an event with ``piece`` as its text (what :meth:`StreamSummary.add` would
+        do with it); whether it carried a token."""
+        summary.events += 1
+        if not piece:
+            return False
+        pieces = self.message.get("content")
+        if pieces is None:
+            self.message["content"] = [piece]
+        else:
+            pieces.append(piece)
+        return True
 
 
 def summarise_by_chunk(chunks: list[tuple[float, bytes]]) -> StreamSummary:
