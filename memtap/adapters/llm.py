@@ -23,7 +23,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ __all__ = [
     "LiteLLMClient",
     "ModelRouter",
     "PassThrough",
+    "StreamBody",
     "Upstream",
     "UpstreamError",
     "clean_message",
@@ -184,6 +185,19 @@ def _http_error(status: int, body: bytes) -> UpstreamError:
     )
 
 
+class StreamBody:
+    """A streamed answer's chunks (iterate over it), and whether the upstream has finished it:
+    ``ended()`` is true once nothing more will come, so the caller may end its own answer with
+    the last chunk instead of after it."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], ended: Callable[[], bool]) -> None:
+        self.chunks = chunks
+        self.ended = ended
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.chunks
+
+
 class PassThrough:
     """OpenAI-compatible upstreams over kept-alive connections (:mod:`memtap.adapters.upstream_http`)."""
 
@@ -259,7 +273,7 @@ class PassThrough:
             response.close()
 
     @contextlib.asynccontextmanager
-    async def stream(self, upstream: Upstream, path: str, body: bytes) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def stream(self, upstream: Upstream, path: str, body: bytes) -> AsyncIterator[StreamBody]:
         """A streaming call: yields the response body's chunks as they arrive.
 
         An error answer raises before anything is yielded; a failure mid-stream raises
@@ -286,7 +300,7 @@ class PassThrough:
                         502, f"upstream {upstream.alias!r} broke off mid-stream: {exc}"
                     ) from None
 
-            yield chunks()
+            yield StreamBody(chunks(), response.ended)
         finally:
             self._release(url, response)
 

@@ -182,6 +182,10 @@ class Response(asyncio.Protocol):
                 raise BrokeOff(str(self.error) or type(self.error).__name__)
             await self._wait(self._loop.time() + read_timeout)
 
+    def ended(self) -> bool:
+        """Whether the whole body is in and taken: nothing more will come."""
+        return self.complete and not self._chunks
+
     def close(self) -> None:
         self.closed = True
         if self._transport is not None:
