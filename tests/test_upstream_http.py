@@ -88,6 +88,23 @@ async def test_kept_alive_answers_reuse_one_connection_and_closed_ones_get_a_new
 
 
 @pytest.mark.anyio
+async def test_a_connection_with_bytes_after_its_answer_is_not_used_again(serve: Serve) -> None:
+    async def chatty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 200 OK\r\n")
+
+    server = await serve(chatty)
+    client = HTTPClient()
+    for _ in range(3):
+        response = await client.post(server.url, HEADERS, b"{}", _deadline())
+        assert (response.status, await response.read(_deadline())) == (200, b"{}")
+        client.release(server.url, response)
+    assert server.connections == 3
+    await client.close()
+
+
+@pytest.mark.anyio
 async def test_a_body_read_until_close_and_an_informational_answer_first_are_read_whole(serve: Serve) -> None:
     async def until_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)

@@ -75,6 +75,9 @@ class Response(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.complete:  # bytes after the answer, before the next request: a broken connection
+            self.close()
+            return
         self.received = True
         try:
             self._parser.feed_data(data)
@@ -94,7 +97,14 @@ class Response(asyncio.Protocol):
             self.error = exc or ConnectionResetError("the server closed the connection")
         self._wake()
 
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer begins in the read that ended the first
+            self.keep_alive = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.complete:  # a second answer in the same read: not a connection to keep
+            self.keep_alive = False
+            return
         lowered = name.lower()
         if lowered == b"content-type":
             self.content_type = value.decode("latin-1")
@@ -102,6 +112,9 @@ class Response(asyncio.Protocol):
             self._has_length = True
 
     def on_headers_complete(self) -> None:
+        if self.complete:
+            self.keep_alive = False
+            return
         status = self._parser.get_status_code()
         if status < 200:  # 100 Continue and the like: the answer is still to come
             self._informational = True
@@ -112,6 +125,9 @@ class Response(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:
+            self.keep_alive = False
+            return
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
@@ -120,6 +136,9 @@ class Response(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            self.keep_alive = False
+            return
         if self._informational:
             self._informational = False
             self.content_type, self._has_length = "application/json", False
@@ -144,10 +163,19 @@ class Response(asyncio.Protocol):
             self._waiter = None
             timer.cancel()
 
+    @property
+    def usable(self) -> bool:
+        return not self.closed and self._transport is not None and not self._transport.is_closing()
+
     def send(self, head: bytes, body: bytes) -> None:
         self._begin()
+        if not self.usable:
+            raise CannotConnect("the connection closed before the request went out")
         assert self._transport is not None
-        self._transport.writelines((head, body))
+        try:
+            self._transport.writelines((head, body))
+        except (RuntimeError, OSError) as exc:  # a transport closing under the write
+            raise CannotConnect(f"the request could not be sent: {exc}") from None
 
     async def wait_headers(self, deadline: float) -> None:
         while not self.headers_done:
@@ -250,7 +278,7 @@ class HTTPClient:
         now = time.monotonic()
         while idle:
             response = idle.pop()
-            if not response.closed and now - response.idle_since < _KEEPALIVE_S:
+            if response.usable and now - response.idle_since < _KEEPALIVE_S:
                 return response
             response.close()
         return None
@@ -282,7 +310,7 @@ class HTTPClient:
 
     def release(self, key_url: str, response: Response) -> None:
         """Keep the connection for the next call if its answer was read whole, else close it."""
-        if response.complete and response.keep_alive and not response.closed and response.error is None:
+        if response.complete and response.keep_alive and response.usable and response.error is None:
             response.idle_since = time.monotonic()
             self._idle.setdefault(self._target(key_url)[0], []).append(response)
         else:
