@@ -34,6 +34,7 @@ from memtap.probes.suitefile import Suite
 from memtap.probes.targets.base import (
     BatchIngest,
     EpisodeScope,
+    PipelinedIngest,
     ProbeCall,
     Target,
     TargetError,
@@ -125,8 +126,21 @@ def probe_turn(probe: Probe, requester: str) -> TurnCall:
     )
 
 
+class _EachTurn:
+    """``--ingest turn`` on a :class:`PipelinedIngest` target: each turn its own call, pipelined."""
+
+    def __init__(self, target: PipelinedIngest) -> None:
+        self.target = target
+
+    async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
+        await self.target.ingest_each(scope, turns)
+
+
 def batch_ingest(target: Target, ingest: str) -> BatchIngest | None:
-    """The target as a batch ingester when ``ingest`` (auto, turn, batch) says so and it is one."""
+    """The target as a batch ingester when ``ingest`` (auto, turn, batch) says so and it is one;
+    with ``turn``, a target that pipelines its per-turn calls takes the same runs of turns."""
+    if ingest == "turn" and isinstance(target, PipelinedIngest):
+        return _EachTurn(target)
     if ingest == "turn" or not isinstance(target, BatchIngest):
         if ingest == "batch":
             raise ConfigError(f"--ingest batch: the {target.name} target takes turns one by one only")

@@ -135,6 +135,18 @@ class BatchIngest(Protocol):
     async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None: ...
 
 
+@runtime_checkable
+class PipelinedIngest(Protocol):
+    """A target that takes each turn as its own call (``--ingest turn``) but needs no per-turn
+    reaction either: the driver hands it the turns of the sessions up to the next probe, and it
+    may have several calls in flight, as long as the target serves them in the order sent (one
+    ordered stream). The trace is the one :meth:`Target.ingest_turn` turn by turn leaves; a failed
+    turn is raised as :class:`TurnFailed` with its position, after the calls in flight with it
+    ended (served and recorded, as separate calls are)."""
+
+    async def ingest_each(self, scope: EpisodeScope, turns: list[TurnCall]) -> None: ...
+
+
 # -- acting as one user of many (the isolation canary) ----------------------------------------------
 
 

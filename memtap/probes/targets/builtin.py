@@ -73,6 +73,7 @@ def _error_text(result: Any) -> str:
 
 class BuiltinTarget:
     name = "builtin"
+    pipelined = True  # per-turn calls over stdio may be in flight together (ingest_each)
 
     def __init__(
         self,
@@ -222,6 +223,31 @@ class BuiltinTarget:
             return
         meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
         await self._checked(scope, "memory_add", self._add_args(turn), meta)
+
+    async def ingest_each(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
+        """``--ingest turn``: one ``memory_add`` call per turn. Over stdio they are pipelined (a run
+        of them written at once, in order, and served in that order by the child: the same events
+        and lineage as one by one, without a round trip per turn); over HTTP, where separate
+        requests could overtake each other, and on a backend whose adds depend on the ones before
+        (mem0), one after another. The first failed turn fails the episode."""
+        sent = [(position, t) for position, t in enumerate(turns) if t.content.strip()]
+        if self.stdio is None or not self.pipelined:
+            for position, turn in sent:
+                try:
+                    await self.ingest_turn(scope, turn)
+                except TargetError as exc:
+                    raise TurnFailed(str(exc), position) from None
+            return
+        scoped = {"run": scope.run, "episode": scope.episode, "namespace": scope.namespace}
+        for chunk in _chunks(sent):
+            calls = [
+                (self._add_args(t), {**scoped, "session": t.session, "turn": t.turn, "role": t.role})
+                for _, t in chunk
+            ]
+            answers = await self.stdio.call_many("memory_add", calls)
+            for (position, _), answer in zip(chunk, answers, strict=True):
+                if answer.get("isError"):
+                    raise TurnFailed(f"memory_add failed: {error_text(answer)}", position)
 
     async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
         """The turns as ``memory_add_batch`` calls (one ``memory_add`` event per turn); the first
