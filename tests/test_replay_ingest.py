@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
@@ -206,3 +207,60 @@ def test_pipelined_requests_come_back_in_the_order_sent_each_with_its_own_result
     stored = [json.loads(r)["content"] for (r,) in conn.execute("SELECT arguments FROM events ORDER BY id")]
     conn.close()
     assert stored == ["first", "third"]
+
+
+def test_pipelined_turns_and_probes_leave_the_trace_and_retrievals_of_calls_made_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    import anyio
+
+    from memtap.probes.readers import make_reader
+    from memtap.probes.replay import ReplayPlan, replay_suite
+    from memtap.probes.runs import RunStore
+    from memtap.probes.suitefile import load_suite
+    from memtap.probes.targets.builtin import BuiltinTarget
+
+    path = tmp_path / "suite.jsonl"
+    write_suite(
+        generate("paradigms", seed=12, episodes=3) + generate("permission", seed=12, episodes=1), path
+    )
+    suite, db = load_suite(path), tmp_path / "trace.db"
+    for run, pipelined in (("one-at-a-time", False), ("pipelined", True)):
+        store = RunStore(db)
+        store.create_run(run, suite_path=suite.path, suite_sha256=suite.sha256, episodes=suite.episodes,
+                         target="builtin", config={}, reader="none")  # fmt: skip
+        target = BuiltinTarget(db)
+        target.pipelined = pipelined
+        plan = ReplayPlan(run, suite.episodes, {}, 1, 5, "turn")
+        play = functools.partial(
+            replay_suite, suite, plan, target, store, make_reader("none"), show_progress=False
+        )
+        summary = anyio.run(play)
+        store.close()
+        assert (summary["episodes_done"], summary["episodes_failed"]) == (len(suite.episodes), 0)
+    one, many = _trace(db, "one-at-a-time"), _trace(db, "pipelined")
+    assert len(one) > 20 and sum('"memory_search"' in row for row in one) >= 4
+    assert [(i, a, b) for i, (a, b) in enumerate(zip(one, many, strict=True)) if a != b] == []
+    conn = sqlite3.connect(db)
+    probes = {
+        run: conn.execute(
+            "SELECT episode_id, probe_id, retrieved FROM run_probes WHERE run_id = ? ORDER BY episode_id, probe_id",
+            [run],
+        ).fetchall()
+        for run in ("one-at-a-time", "pipelined")
+    }
+    conn.close()
+    assert len(probes["pipelined"]) >= 4
+
+    def contents(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, list[str]]]:
+        conn = sqlite3.connect(db)
+        try:
+            return [
+                (e, p, [conn.execute("SELECT content FROM item_versions WHERE item_id = ?", [i]).fetchone()[0]
+                        for i in json.loads(r)])
+                for e, p, r in rows
+            ]  # fmt: skip
+        finally:
+            conn.close()
+
+    assert contents(probes["one-at-a-time"]) == contents(probes["pipelined"])

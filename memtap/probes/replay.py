@@ -35,7 +35,9 @@ from memtap.probes.targets.base import (
     BatchIngest,
     EpisodeScope,
     PipelinedIngest,
+    PipelinedProbes,
     ProbeCall,
+    ProbeResult,
     Target,
     TargetError,
     TurnCall,
@@ -134,6 +136,10 @@ class _EachTurn:
 
     async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
         await self.target.ingest_each(scope, turns)
+
+
+def _probe_call(probe: Probe, requester: str) -> ProbeCall:
+    return ProbeCall(probe.probe_id, probe.type, probe.question, requester, probe.time.isoformat())
 
 
 def batch_ingest(target: Target, ingest: str) -> BatchIngest | None:
@@ -259,17 +265,16 @@ class _Player:
         batch = self.batch if recorded is None else None  # recorded calls need their items' ids: one by one
         todo = list(episode.sessions)
         while todo:
+            due = []
             while pending and pending[0].time < todo[0].time:
-                await self._probe(episode, scope, pending.pop(0), timings)
-                done["probes"] += 1
+                due.append(pending.pop(0))
+            await self._probes(episode, scope, due, timings, done)
             played = [todo.pop(0)]
             # Batched, the sessions up to the next probe due go together (they need no reaction between).
             while batch is not None and todo and not (pending and pending[0].time < todo[0].time):
                 played.append(todo.pop(0))
             await self._ingest(episode, scope, played, timings, done, batch, recorded)
-        for probe in pending:
-            await self._probe(episode, scope, probe, timings)
-            done["probes"] += 1
+        await self._probes(episode, scope, pending, timings, done)
         self.store.progress(scope.run, scope.episode, scope.attempt, **done)
 
     async def _ingest(
@@ -310,11 +315,30 @@ class _Player:
                 self.store.progress(scope.run, scope.episode, scope.attempt, **done)
                 self.progress.add("sessions", played)
 
+    async def _probes(
+        self, episode: Episode, scope: EpisodeScope, probes: list[Probe], timings: dict[str, float],
+        done: dict[str, int],
+    ) -> None:  # fmt: skip
+        """Ask the probes due together (no turn between them): pipelined where the target takes them
+        so, else one by one."""
+        many = self.target if isinstance(self.target, PipelinedProbes) and not is_recorded(episode) else None
+        if many is None or len(probes) < 2:
+            for probe in probes:
+                await self._probe(episode, scope, probe, timings)
+                done["probes"] += 1
+            return
+        requesters = [episode.requester_of(probe) for probe in probes]
+        calls = [_probe_call(probe, requester) for probe, requester in zip(probes, requesters, strict=True)]
+        results = await many.ask_probes(scope, calls, limit=self.plan.limit)
+        for probe, requester, result in zip(probes, requesters, results, strict=True):
+            await self._answer(episode, scope, probe, requester, result, timings)
+            done["probes"] += 1
+
     async def _probe(
         self, episode: Episode, scope: EpisodeScope, probe: Probe, timings: dict[str, float]
     ) -> None:
         requester = episode.requester_of(probe)
-        call = ProbeCall(probe.probe_id, probe.type, probe.question, requester, probe.time.isoformat())
+        call = _probe_call(probe, requester)
         # The replay clock marks the probe too, so the memory calls an agent makes on its own while it
         # answers are attributed to it (session "probes", turn PROBE_ID), as the builtin target's are.
         await self.target.mark(scope, probe_turn(probe, requester))
@@ -331,6 +355,13 @@ class _Player:
             )  # fmt: skip
             self.progress.add("probes")
             return
+        await self._answer(episode, scope, probe, requester, result, timings)
+
+    async def _answer(
+        self, episode: Episode, scope: EpisodeScope, probe: Probe, requester: str, result: ProbeResult,
+        timings: dict[str, float],
+    ) -> None:  # fmt: skip
+        """The reader's answer from what the probe retrieved, recorded with it."""
         t0 = time.perf_counter()
         dialect = dialect_of(episode)  # the field names the episode's published scorer reads
         if self.reader.blocking:

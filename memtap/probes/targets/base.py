@@ -147,6 +147,19 @@ class PipelinedIngest(Protocol):
     async def ingest_each(self, scope: EpisodeScope, turns: list[TurnCall]) -> None: ...
 
 
+@runtime_checkable
+class PipelinedProbes(Protocol):
+    """A target whose probes need no mark and no reply: the driver hands it the probes due together
+    (no turn between them) and it may have their searches in flight together, served in the order
+    sent. Each result's ``retrieve_ms`` is an equal share of the time they took together (their
+    sum is the time spent); a refused search raises :class:`TargetError`, as :meth:`Target.ask_probe`
+    does."""
+
+    async def ask_probes(
+        self, scope: EpisodeScope, probes: list[ProbeCall], *, limit: int
+    ) -> list[ProbeResult]: ...
+
+
 # -- acting as one user of many (the isolation canary) ----------------------------------------------
 
 

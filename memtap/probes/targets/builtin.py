@@ -312,6 +312,30 @@ class BuiltinTarget:
         elapsed = (time.perf_counter() - started) * 1000
         return ProbeResult(_retrieved(found.get("results", [])), elapsed)
 
+    async def ask_probes(
+        self, scope: EpisodeScope, probes: list[ProbeCall], *, limit: int
+    ) -> list[ProbeResult]:
+        """Probes due together: over stdio their ``memory_search`` calls pipelined (written at once,
+        served in order), each ``retrieve_ms`` an equal share of the time they took; else one by one."""
+        if self.stdio is None or not self.pipelined:
+            return [await self.ask_probe(scope, probe, limit=limit) for probe in probes]
+        scoped = {"run": scope.run, "episode": scope.episode, "namespace": scope.namespace}
+        calls = [
+            ({"query": p.question, "limit": limit, "requester": p.requester},
+             {**scoped, "session": "probes", "turn": p.probe_id})
+            for p in probes
+        ]  # fmt: skip
+        started = time.perf_counter()
+        answers = await self.stdio.call_many("memory_search", calls)
+        share = (time.perf_counter() - started) * 1000 / max(len(probes), 1)
+        results = []
+        for answer in answers:
+            if answer.get("isError"):
+                raise TargetError(f"memory_search failed: {error_text(answer)}")
+            found = answer.get("structuredContent") or {}
+            results.append(ProbeResult(_retrieved(found.get("results", [])), share))
+        return results
+
     # -- canary episodes: one session per user, under its own principal ----------------------------
 
     async def open_actor(self, scope: EpisodeScope, actor: Actor) -> None:
