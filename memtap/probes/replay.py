@@ -24,23 +24,20 @@ from typing import Any, TextIO
 
 import anyio
 
-from memtap.errors import ConfigError
 from memtap.probes.ab_replay import RecordedPlayer, ab_summary, is_recorded
 from memtap.probes.dialects import dialect_of
 from memtap.probes.readers import Reader
+from memtap.probes.replay_calls import PROBE_SESSION, batch_ingest, probe_call, probe_turn, turn_calls
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Session
 from memtap.probes.suitefile import Suite
 from memtap.probes.targets.base import (
     BatchIngest,
     EpisodeScope,
-    PipelinedIngest,
     PipelinedProbes,
-    ProbeCall,
     ProbeResult,
     Target,
     TargetError,
-    TurnCall,
     TurnFailed,
 )
 
@@ -108,75 +105,6 @@ class ReplayPlan:
     workers: int = 1
     limit: int = 5
     ingest: str = "auto"  # auto (a session's turns at once where the target takes them), turn, batch
-
-
-PROBE_SESSION = "probes"
-"""The session a probe's memory calls are recorded in (their turn is the probe's id)."""
-
-
-def probe_turn(probe: Probe, requester: str) -> TurnCall:
-    """A probe as a mark on the replay clock: session ``probes``, turn ``PROBE_ID``, the requester."""
-    return TurnCall(
-        session=PROBE_SESSION,
-        turn=probe.probe_id,
-        role="user",
-        speaker=requester,
-        content=probe.question,
-        time=probe.time.isoformat(),
-        phase="probe",
-        access={},
-    )
-
-
-class _EachTurn:
-    """``--ingest turn`` on a :class:`PipelinedIngest` target: each turn its own call, pipelined."""
-
-    def __init__(self, target: PipelinedIngest) -> None:
-        self.target = target
-
-    async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
-        await self.target.ingest_each(scope, turns)
-
-
-def _probe_call(probe: Probe, requester: str) -> ProbeCall:
-    return ProbeCall(probe.probe_id, probe.type, probe.question, requester, probe.time.isoformat())
-
-
-def batch_ingest(target: Target, ingest: str) -> BatchIngest | None:
-    """The target as a batch ingester when ``ingest`` (auto, turn, batch) says so and it is one;
-    with ``turn``, a target that pipelines its per-turn calls takes the same runs of turns."""
-    if ingest == "turn" and isinstance(target, PipelinedIngest):
-        return _EachTurn(target)
-    if ingest == "turn" or not isinstance(target, BatchIngest):
-        if ingest == "batch":
-            raise ConfigError(f"--ingest batch: the {target.name} target takes turns one by one only")
-        return None
-    return target
-
-
-def _turn_calls(episode: Episode, session: Session) -> list[TurnCall]:
-    access = session.access
-    allow = list(dict.fromkeys([*access.allow, episode.owner()]))
-    tags = {
-        "visibility": access.visibility,
-        "participants": session.participants,
-        "allow": allow,
-        "deny": access.deny,
-        "sensitivity": access.sensitivity,
-    }
-    return [
-        TurnCall(
-            session=session.session_id,
-            turn=turn.turn_id,
-            role=turn.role,
-            speaker=turn.speaker,
-            content=turn.content,
-            time=(turn.time or session.time).isoformat(),
-            phase=session.phase,
-            access={k: v for k, v in tags.items() if v is not None},
-        )
-        for turn in session.turns
-    ]
 
 
 class _Player:
@@ -290,7 +218,7 @@ class _Player:
         """Send the turns of ``sessions`` (one session, unless batched) and count them played; a
         failed batch counts the sessions whose turns all came before the failed turn."""
         t0 = time.perf_counter()
-        calls = [_turn_calls(episode, session) for session in sessions]
+        calls = [turn_calls(episode, session) for session in sessions]
         played = 0
         try:
             if batch is not None:
@@ -328,7 +256,7 @@ class _Player:
                 done["probes"] += 1
             return
         requesters = [episode.requester_of(probe) for probe in probes]
-        calls = [_probe_call(probe, requester) for probe, requester in zip(probes, requesters, strict=True)]
+        calls = [probe_call(probe, requester) for probe, requester in zip(probes, requesters, strict=True)]
         results = await many.ask_probes(scope, calls, limit=self.plan.limit)
         for probe, requester, result in zip(probes, requesters, results, strict=True):
             await self._answer(episode, scope, probe, requester, result, timings)
@@ -338,7 +266,7 @@ class _Player:
         self, episode: Episode, scope: EpisodeScope, probe: Probe, timings: dict[str, float]
     ) -> None:
         requester = episode.requester_of(probe)
-        call = _probe_call(probe, requester)
+        call = probe_call(probe, requester)
         # The replay clock marks the probe too, so the memory calls an agent makes on its own while it
         # answers are attributed to it (session "probes", turn PROBE_ID), as the builtin target's are.
         await self.target.mark(scope, probe_turn(probe, requester))

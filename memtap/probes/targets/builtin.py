@@ -46,8 +46,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from memtap.limits import MAX_BATCH_ITEMS
 from memtap.probes.ab_replay import WriteOutcome
+from memtap.probes.targets._runs import BATCH_BYTES
+from memtap.probes.targets._runs import chunks as _chunks
+from memtap.probes.targets._runs import retrieved as _retrieved
 from memtap.probes.targets._server import MemtapServer, health
 from memtap.probes.targets._stdio import StdioServe, error_text
 from memtap.probes.targets.base import (
@@ -57,13 +59,12 @@ from memtap.probes.targets.base import (
     Principals,
     ProbeCall,
     ProbeResult,
-    Retrieved,
     TargetError,
     TurnCall,
     TurnFailed,
 )
 
-__all__ = ["BuiltinTarget"]
+__all__ = ["BATCH_BYTES", "BuiltinTarget"]
 
 
 def _error_text(result: Any) -> str:
@@ -414,37 +415,3 @@ class BuiltinTarget:
             import anyio
 
             await anyio.to_thread.run_sync(self.server.stop)
-
-
-BATCH_BYTES = 1 << 20
-"""About how much turn content one memory_add_batch carries: well under the MCP body cap over HTTP
-(4 MiB by default, docs/limits.md)."""
-
-
-def _chunks(sent: list[tuple[int, TurnCall]]) -> list[list[tuple[int, TurnCall]]]:
-    """``sent`` in runs of at most MAX_BATCH_ITEMS turns and about BATCH_BYTES of content (one turn
-    larger than that goes alone; the server's content cap judges it)."""
-    chunks: list[list[tuple[int, TurnCall]]] = []
-    size = 0
-    for entry in sent:
-        cost = len(entry[1].content.encode("utf-8", "surrogatepass")) + 512  # and its metadata and tags
-        if not chunks or len(chunks[-1]) >= MAX_BATCH_ITEMS or size + cost > BATCH_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(entry)
-        size += cost
-    return chunks
-
-
-def _retrieved(found: list[dict[str, Any]]) -> list[Retrieved]:
-    return [
-        Retrieved(
-            item_id=str(m["id"]),
-            content=str(m.get("content", "")),
-            rank=int(m.get("rank") or i + 1),
-            score=m.get("score"),
-            tags=m.get("tags"),
-            provenance=m.get("provenance") or {},
-        )
-        for i, m in enumerate(found)
-    ]
