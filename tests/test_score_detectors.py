@@ -142,3 +142,31 @@ def test_a_chat_agent_reciting_denied_memories_is_an_injection_leak_and_enforcin
         (0, 0, 0, 2),
         (0, 0, 0, 2),
     )
+
+
+def test_answer_leaks_of_a_wrapped_servers_replay_are_not_measured_as_missed_injections(
+    tmp_path: Path,
+) -> None:
+    """A wrapped MCP server has no chat: the answers are the replay reader's, outside the trace, so
+    leak_injection says it cannot be measured rather than counting the gold's answer leaks as misses."""
+    suite = tmp_path / "permission.jsonl"
+    write_suite(generate("permission", seed=5, episodes=2), suite)
+    config = tmp_path / "reference.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("")}}))
+    db = tmp_path / "reference.db"
+    code, out = _cli("replay", str(suite), "--target", f"mcp:{config}:memory", "--reader", "extractive",
+                     "--db", str(db), "--run", "r1")  # fmt: skip
+    assert code == 0, out
+    code, out = _cli("score", "r1", "--db", str(db), "--json")
+    assert code == 0, out
+    report = json.loads(out.strip().splitlines()[-1])
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(report)
+    assert report["measures"]["permission_leak_rate"]["value"] > 0  # the gold has answer leaks ...
+    assert "leak_injection" not in report["detectors"]["detectors"]  # ... which no detector can see
+    assert report["detectors"]["not_measured"] == {
+        "leak_injection": "the answers are the replay's reader's, not chat replies in the trace"
+    }
+    assert _counts(report)["leak_retrieval"] == (2, 0, 0, 0)
+    code, table = _cli("score", "r1", "--db", str(db), "--no-store")
+    assert code == 0
+    assert "leak_injection: not measured (the answers are the replay's reader's" in table

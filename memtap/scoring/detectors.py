@@ -14,9 +14,11 @@ the storage and retrieval counts the scorer already computes:
   superseded memory is still stored next to the memory that replaced it;
 - ``leak_retrieval``: a retrieval leak (``leak.leaked``: a probe returned an item the requester
   may not see, by tags or by the fact it holds);
-- ``leak_injection``: an answer leak (``permission.deny_leaked``), only on runs with answers; on a
-  chat agent's run (``--target openai:``), whose memory searches are injected into its prompts,
-  a retrieval leak too (the detector flags an injected denied item as well as a reply stating it).
+- ``leak_injection``: an answer leak (``permission.deny_leaked``), only on a chat agent's run
+  (``--target openai:``) with answers: there the answers are chat replies in the trace, and the
+  memory searches are injected into its prompts, so a retrieval leak counts too (the detector
+  flags an injected denied item as well as a reply stating it). On other runs the answers are the
+  replay reader's, which no detector sees: ``not_measured`` says so, rather than counting misses.
 
 Per detector: tp, fp, fn, tn (episodes), precision = tp / (tp + fp), recall = tp / (tp + fn)
 (None when the denominator is 0). A finding that says it could not judge (``judged: false``,
@@ -121,8 +123,15 @@ def detector_report(
         elif finding.namespace is not None:
             by_ns.setdefault(finding.namespace, set()).add(finding.kind)
     out: dict[str, Any] = {}
+    not_measured: dict[str, str] = {}
     for kind, (gold, label) in GOLD.items():
         if kind == "leak_injection" and not answered:
+            not_measured[kind] = "the run has no answers"
+            continue
+        if kind == "leak_injection" and not injected:
+            # The answers are the replay reader's, not chat replies recorded in the trace: no
+            # detector can see them, so an answer leak there is no miss of this one.
+            not_measured[kind] = "the answers are the replay's reader's, not chat replies in the trace"
             continue
         if kind == "leak_injection" and injected:
             label = "answer leak, or retrieval leak (a chat agent injects what it retrieves)"
@@ -144,4 +153,12 @@ def detector_report(
             "recall": _ratio(tp, tp + fn),
             "undetermined": undetermined.get(kind, 0),
         }
-    return {"unit": "episode", "measured": True, "findings": len(findings), "detectors": out}
+    report: dict[str, Any] = {
+        "unit": "episode",
+        "measured": True,
+        "findings": len(findings),
+        "detectors": out,
+    }
+    if not_measured:
+        report["not_measured"] = not_measured
+    return report
