@@ -170,3 +170,16 @@ def test_answer_leaks_of_a_wrapped_servers_replay_are_not_measured_as_missed_inj
     code, table = _cli("score", "r1", "--db", str(db), "--no-store")
     assert code == 0
     assert "leak_injection: not measured (the answers are the replay's reader's" in table
+
+
+def test_a_deleted_copy_of_a_memory_another_item_still_holds_is_no_erasure_for_the_gold(
+    suite: Path, tmp_path: Path
+) -> None:
+    """The re-adding backend deletes the second copy of a repeated sentence: an unsafe deletion at
+    the storage level (the item held a valid memory), but the memory lives on in its first copy, so
+    neither the gold nor the detector sees an erasure; nor in the acknowledgements it deletes."""
+    config = tmp_path / "readd.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("readd")}}))
+    report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "readd.db")
+    assert report["measures"]["unsafe_deletion_rate"]["value"] > 0
+    assert _counts(report)["erasure"] == (0, 0, 0, 2)

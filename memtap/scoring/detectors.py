@@ -5,9 +5,10 @@ stored) and compares, per episode attempt (the unit; an episode's namespace), "t
 something here" with "the gold says the failure it looks for happened here", the latter read from
 the storage and retrieval counts the scorer already computes:
 
-- ``erasure``: an unsafe deletion (``unsafe.unsafe``: a delete of an item holding a memory still
-  valid then) or a historical erasure (``erasure.erased``: a superseded memory none of whose
-  holders was kept);
+- ``erasure``: an unsafe deletion (a delete of an item holding a memory still valid then, as
+  ``unsafe.unsafe`` counts) after which no stored item holds that memory (the detector's rule:
+  the facts survive in no live item), or a historical erasure (``erasure.erased``: a superseded
+  memory none of whose holders was kept);
 - ``destructive_update``: an over-update (``over.overwritten``) or any update whose new content
   no longer holds a gold memory its old content held while that memory was still valid;
 - ``stale_coexistence``: an under-update in the coexistence sense: at the episode's end a
@@ -42,7 +43,15 @@ Gold = Callable[[StorageView, Counts], bool]
 
 
 def _erasure(view: StorageView, counts: Counts) -> bool:
-    return counts.get("unsafe.unsafe", 0) > 0 or counts.get("erasure.erased", 0) > 0
+    """A historical erasure, or an unsafe deletion that left its still-valid memory in no stored
+    item (a deleted copy of a memory another item still holds erased nothing)."""
+    if counts.get("erasure.erased", 0) > 0:
+        return True
+    valid = view.aligner.valid_at
+    return any(
+        r.how == "delete" and any(valid(k, r.pos) and not view.stored_at(k, r.pos) for k in r.keys)
+        for r in view.removals
+    )
 
 
 def _destructive(view: StorageView, counts: Counts) -> bool:
@@ -71,7 +80,7 @@ def _leak_answer(view: StorageView, counts: Counts) -> bool:
 
 
 GOLD: dict[str, tuple[Gold, str]] = {
-    "erasure": (_erasure, "unsafe deletion or historical erasure"),
+    "erasure": (_erasure, "unsafe deletion leaving the memory in no item, or historical erasure"),
     "destructive_update": (_destructive, "over-update (a still-valid memory dropped by an update)"),
     "stale_coexistence": (_stale, "under-update (superseded memory stored next to its replacement)"),
     "leak_retrieval": (_leak_retrieval, "retrieval leak"),
