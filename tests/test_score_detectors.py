@@ -183,3 +183,17 @@ def test_a_deleted_copy_of_a_memory_another_item_still_holds_is_no_erasure_for_t
     report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "readd.db")
     assert report["measures"]["unsafe_deletion_rate"]["value"] > 0
     assert _counts(report)["erasure"] == (0, 0, 0, 2)
+
+
+def test_a_backend_whose_merges_lose_detail_is_measured_for_destructive_update(
+    suite: Path, tmp_path: Path
+) -> None:
+    """The summarising backend rewrites what an entity held into its first sentence plus the new
+    observation: updates that drop still-valid memories, for the gold and for the detector."""
+    config = tmp_path / "lossy.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("lossy_update")}}))
+    report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "lossy.db")
+    assert _counts(report)["destructive_update"] == (2, 0, 0, 0)
+    assert _counts(report)["erasure"] == (2, 0, 0, 0)
+    destructive = report["detectors"]["detectors"]["destructive_update"]
+    assert destructive["precision"] == destructive["recall"] == 1.0

@@ -113,8 +113,11 @@ class Erasure:
             return
         skip = touched(event)
         asked = requested_removals(event)
+        # A delete of what an update of the same call was derived from (a server rewriting an
+        # item) is judged once, as that update: its old content is the deleted one's.
+        rewritten = {d for e in event.effects if e.kind == EffectKind.UPDATE for d in e.derived_from}
         for eff in event.effects:
-            if eff.kind not in _REMOVALS:
+            if eff.kind not in _REMOVALS or (eff.kind == EffectKind.DELETE and eff.item_id in rewritten):
                 continue
             namespace = effect_namespace(event, eff)
             before = eff.content_before

@@ -43,14 +43,14 @@ Gold = Callable[[StorageView, Counts], bool]
 
 
 def _erasure(view: StorageView, counts: Counts) -> bool:
-    """A historical erasure, or an unsafe deletion that left its still-valid memory in no stored
-    item (a deleted copy of a memory another item still holds erased nothing)."""
+    """A historical erasure, or a removal (an unsafe deletion, or an update that dropped it) that
+    left a still-valid memory in no stored item (a deleted copy of a memory another item still
+    holds erased nothing)."""
     if counts.get("erasure.erased", 0) > 0:
         return True
     valid = view.aligner.valid_at
     return any(
-        r.how == "delete" and any(valid(k, r.pos) and not view.stored_at(k, r.pos) for k in r.keys)
-        for r in view.removals
+        any(valid(k, r.pos) and not view.stored_at(k, r.pos) for k in r.keys) for r in view.removals
     )
 
 
