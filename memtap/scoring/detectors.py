@@ -49,9 +49,7 @@ def _erasure(view: StorageView, counts: Counts) -> bool:
     if counts.get("erasure.erased", 0) > 0:
         return True
     valid = view.aligner.valid_at
-    return any(
-        any(valid(k, r.pos) and not view.stored_at(k, r.pos) for k in r.keys) for r in view.removals
-    )
+    return any(any(valid(k, r.pos) and not view.stored_at(k, r.pos) for k in r.keys) for r in view.removals)
 
 
 def _destructive(view: StorageView, counts: Counts) -> bool:
