@@ -5,10 +5,10 @@ stored) and compares, per episode attempt (the unit; an episode's namespace), "t
 something here" with "the gold says the failure it looks for happened here", the latter read from
 the storage and retrieval counts the scorer already computes:
 
-- ``erasure``: an unsafe deletion (a delete of an item holding a memory still valid then, as
-  ``unsafe.unsafe`` counts) after which no stored item holds that memory (the detector's rule:
-  the facts survive in no live item), or a historical erasure (``erasure.erased``: a superseded
-  memory none of whose holders was kept);
+- ``erasure``: a removal of a memory still valid then (an unsafe deletion, as ``unsafe.unsafe``
+  counts, or an update whose new content dropped it) after which no stored item holds that memory
+  (the detector's rule: the facts survive in no live item), or a historical erasure
+  (``erasure.erased``: a superseded memory none of whose holders was kept);
 - ``destructive_update``: an over-update (``over.overwritten``) or any update whose new content
   no longer holds a gold memory its old content held while that memory was still valid;
 - ``stale_coexistence``: an under-update in the coexistence sense: at the episode's end a
@@ -78,7 +78,7 @@ def _leak_answer(view: StorageView, counts: Counts) -> bool:
 
 
 GOLD: dict[str, tuple[Gold, str]] = {
-    "erasure": (_erasure, "unsafe deletion leaving the memory in no item, or historical erasure"),
+    "erasure": (_erasure, "removal leaving a still-valid memory in no item, or historical erasure"),
     "destructive_update": (_destructive, "over-update (a still-valid memory dropped by an update)"),
     "stale_coexistence": (_stale, "under-update (superseded memory stored next to its replacement)"),
     "leak_retrieval": (_leak_retrieval, "retrieval leak"),
