@@ -59,10 +59,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 NS = "local"
 TOOLS = ("memory_add", "memory_search", "memory_get", "memory_update", "memory_history", "memory_delete")
@@ -828,6 +830,22 @@ async def durable_service_run(trace: Path, memory: Path, n: int, seed: int) -> R
         recorder.close()
 
 
+def run_as_served(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the event loop ``memtap serve`` and ``memtap proxy`` run on: uvloop when it
+    is installed (``cli/options.py``, ``loop_options``), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def served_loop() -> str:
+    import importlib.util
+
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
 def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
     print(
         "\n== Part 2: recorder throughput (target >= 10,000 events/s sustained, zero loss);"
@@ -861,22 +879,30 @@ def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
     rows.append(row)
 
     durable_events = synthetic_events(n_durable + n_serial, seed=3)
-    row = asyncio.run(durable_run(tmp / "durable32.db", durable_events[:n_durable], tasks=32))
-    row.label = "durable: 32 tasks awaiting record()"
+    # The durable rows run on the loop the servers run on (uvloop when installed): each durable
+    # call is two thread hops (to the writer and back), which the loop's wake-up cost is part of.
+    loop = served_loop()
+    row = run_as_served(durable_run(tmp / "durable32.db", durable_events[:n_durable], tasks=32))
+    row.label = f"durable: 32 tasks awaiting record() ({loop})"
     row.rows_ok = count_rows(tmp / "durable32.db", "events") == n_durable
     rows.append(row)
 
-    row = asyncio.run(durable_run(tmp / "durable1.db", durable_events[n_durable:], tasks=1))
-    row.label = "durable: 1 task awaiting record()"
+    row = asyncio.run(durable_run(tmp / "durable1-asyncio.db", durable_events[n_durable:], tasks=1))
+    row.label = "durable: 1 task awaiting record() (asyncio)"
+    row.rows_ok = count_rows(tmp / "durable1-asyncio.db", "events") == n_serial
+    rows.append(row)
+    row = run_as_served(durable_run(tmp / "durable1.db", durable_events[n_durable:], tasks=1))
+    row.label = f"durable: 1 task awaiting record() ({loop})"
     row.rows_ok = count_rows(tmp / "durable1.db", "events") == n_serial
     rows.append(row)
+    single = row
 
     # The same events as a live client's calls record them: no run, no session (m028 leaves
     # such calls out of the run and session indexes).
     live = [e.model_copy(update={"context": type(e.context)(principal="local", namespace=NS)}) for e in
             synthetic_events(n_serial, seed=5)]  # fmt: skip
-    row = asyncio.run(durable_run(tmp / "durable1live.db", live, tasks=1))
-    row.label = "durable: 1 task awaiting record(), live calls"
+    row = run_as_served(durable_run(tmp / "durable1live.db", live, tasks=1))
+    row.label = f"durable: 1 task awaiting record(), live calls ({loop})"
     row.rows_ok = count_rows(tmp / "durable1live.db", "events") == n_serial
     rows.append(row)
 
@@ -885,7 +911,7 @@ def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
         ("durable: 1 client, memory_add, write, then event", tmp / "apart-memory.db"),
     ):
         trace = tmp / "joined.db" if memory.name == "joined.db" else tmp / "apart-trace.db"
-        row = asyncio.run(durable_service_run(trace, memory, n_serial, seed=4))
+        row = run_as_served(durable_service_run(trace, memory, n_serial, seed=4))
         row.label = label
         row.rows_ok = (
             count_rows(trace, "events") == n_serial
@@ -933,6 +959,12 @@ def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
     print(
         f"sustained non-durable rate {baseline:,.0f} events/s end-to-end:"
         f" {verdict} the 10,000 events/s target"
+    )
+    rate = single.events / single.total_s
+    verdict = "meets" if rate >= 2_000 and single.rows_ok else "MISSES"
+    print(
+        f"durable, one task awaiting each record() ({loop}): {rate:,.0f} events/s:"
+        f" {verdict} the 2,000 events/s target (one synced commit per event)"
     )
 
 

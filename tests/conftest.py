@@ -148,8 +148,10 @@ def start_http_server(db_path: Path, tmp_path: Path) -> Iterator[Callable[..., S
 async def http_client(
     url: str, headers: dict[str, str] | None = None, transport: httpx2.AsyncBaseTransport | None = None
 ) -> AsyncIterator[Client]:
+    # 30 s, not httpx's 5 s: on a loaded 2-core machine a burst of writes to the reference
+    # server's file can take longer than 5 s to answer; tests of slow answers use server timeouts.
     async with (
-        httpx2.AsyncClient(headers=headers or {}, transport=transport) as http,
+        httpx2.AsyncClient(headers=headers or {}, transport=transport, timeout=30.0) as http,
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
         yield client
