@@ -7,7 +7,9 @@ on a shared machine hits every path alike: sequential calls (p50 and what it add
 direct, interleaved call by call) and 32 concurrent calls (requests per second as a share
 of direct's in the same round), non-streaming and 20-chunk streaming; and the CPU time each
 memtap process spent per request (from ``/proc``: its event loop and its recorder thread),
-which a loaded machine disturbs much less than wall-clock figures.
+which a loaded machine disturbs much less than wall-clock figures. ``bare`` is the floor for
+a Python proxy on the same server stack (``bare_chat_proxy.py``: uvicorn and aiohttp,
+forwarding only); its share is shown too (``--no-bare`` leaves it out).
 
     .venv/bin/python benchmarks/chat_trees.py --tree before=/tmp/old-checkout [--rounds 4]
 """
@@ -30,8 +32,6 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from openai_overhead import ROOT, call, concurrent, fixed, free_port, pct, wait_for
 
-COLUMNS = ("p50", "+p50", "rps", "share", "cpu")
-
 
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU of process ``pid`` (all its threads) so far."""
@@ -39,7 +39,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start(workdir: Path, trees: dict[str, Path], procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+def start(
+    workdir: Path, trees: dict[str, Path], procs: list[subprocess.Popen[bytes]], *, bare: bool = True
+) -> dict[str, Any]:
     up_port = free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), str(up_port)])
     procs.append(upstream)
@@ -49,13 +51,21 @@ def start(workdir: Path, trees: dict[str, Path], procs: list[subprocess.Popen[by
     config = workdir / "memtap.yaml"
     config.write_text(json.dumps({"model_list": [{"model_name": "fake-1", "litellm_params": params}]}))
     targets: dict[str, Any] = {"direct": (base, None)}
+    if bare:
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / "bare_chat_proxy.py"), str(port), base]
+        )
+        procs.append(proc)
+        wait_for(f"http://127.0.0.1:{port}/healthz", proc)
+        targets["bare"] = (f"http://127.0.0.1:{port}/v1", proc)
     for label, tree in trees.items():
         port = free_port()
         env = {**os.environ, "PYTHONPATH": str(tree)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{port}",
              "--db", str(workdir / f"{label}.db"), "--config", str(config)],
-            stderr=subprocess.DEVNULL, env=env,
+            stderr=subprocess.DEVNULL, env=env, cwd=tree,  # -m puts the working directory first on the path
         )  # fmt: skip
         procs.append(proc)
         wait_for(f"http://127.0.0.1:{port}/healthz", proc)
@@ -86,24 +96,27 @@ async def measure(targets: dict[str, Any], rounds: int, sequential_n: int, concu
                         cpu[name] = (cpu_seconds(proc.pid) - before) / concurrent_n * 1e6
                 for name in names:
                     row = rows.setdefault(
-                        (name, stream), {k: [] for k in ("p50", "+p50", "rps", "share", "cpu")}
+                        (name, stream), {k: [] for k in ("p50", "+p50", "rps", "share", "bare", "cpu")}
                     )
                     row["p50"].append(pct(seq[name], 0.5))
                     row["+p50"].append(pct(seq[name], 0.5) - pct(seq["direct"], 0.5))
                     row["rps"].append(rates[name])
                     row["share"].append(100 * rates[name] / rates["direct"])
+                    if "bare" in rates:
+                        row["bare"].append(100 * rates[name] / rates["bare"])
                     if name in cpu:
                         row["cpu"].append(cpu[name])
     print(
         f"chat proxy, memory off: medians over {rounds} rounds; sequential n={sequential_n} per round"
         f" (interleaved), {concurrent_n} calls at 32 concurrent per round; times in ms"
     )
-    header = ("path", "kind", "p50", "+p50", "req/s @32", "% of direct", "CPU µs/req")
+    header = ("path", "kind", "p50", "+p50", "req/s @32", "% of direct", "% of bare", "CPU µs/req")
     print("  ".join(f"{h:>11}" for h in header))
     for (name, stream), row in rows.items():
         med = {k: statistics.median(v) if v else float("nan") for k, v in row.items()}
-        cells = (name, "stream 20" if stream else "non-stream", f"{med['p50']:.3f}", f"{med['+p50']:.3f}",
-                 f"{med['rps']:.0f}", f"{med['share']:.0f}%", f"{med['cpu']:.0f}")  # fmt: skip
+        kind = "stream 20" if stream else "non-stream"
+        cells = (name, kind, f"{med['p50']:.3f}", f"{med['+p50']:.3f}", f"{med['rps']:.0f}",
+                 f"{med['share']:.0f}%", f"{med['bare']:.0f}%", f"{med['cpu']:.0f}")  # fmt: skip
         print("  ".join(f"{c:>11}" for c in cells))
 
 
@@ -113,12 +126,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--sequential", type=int, default=100, help="sequential calls per path per round")
     parser.add_argument("--concurrent", type=int, default=400, help="calls at 32 concurrent per round")
+    parser.add_argument("--no-bare", action="store_true", help="leave out the bare uvicorn+aiohttp proxy")
     args = parser.parse_args()
     trees = {"this": ROOT, **{t.split("=", 1)[0]: Path(t.split("=", 1)[1]) for t in args.tree}}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            targets = start(Path(tmp), trees, procs)
+            targets = start(Path(tmp), trees, procs, bare=not args.no_bare)
             asyncio.run(measure(targets, args.rounds, args.sequential, args.concurrent))
     finally:
         for proc in procs:

@@ -7,8 +7,11 @@ and a generated ``paradigms`` suite of at least 1,000 sessions):
 - **in-process**: the same turns and probe searches fed straight to ``BuiltinBackend`` (its
   ``add`` and ``search``) in this process: no transport, no recording;
 - **MCP over stdio, per turn**: ``memtap replay --target builtin --reader none --ingest turn``
-  as the CLI runs it by default: a ``memtap serve --stdio`` child, memtap's lean JSON-RPC
-  client, one ``memory_add`` per turn, every call recorded;
+  as the CLI runs it: a ``memtap serve --stdio`` child, memtap's lean JSON-RPC client, one
+  ``memory_add`` request per turn, pipelined (the turns of the sessions up to the next probe
+  written at once and served in order), every call recorded;
+- **MCP over stdio, per turn, one at a time**: the same, each call waiting for the one before
+  (the per-turn path before pipelining, and what the HTTP transport still does);
 - **MCP over stdio, batched**: the same with ``--ingest batch`` (the default): the turns of the
   sessions up to the next probe in one ``memory_add_batch``, still one recorded ``memory_add``
   event per turn;
@@ -28,6 +31,7 @@ batched <= 3x. Temporary databases only; 127.0.0.1 only. ``--quick`` uses a smal
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
 import sys
@@ -94,7 +98,9 @@ async def in_process(episodes: list[Episode], db: Path) -> float:
     return elapsed
 
 
-async def front_door(suite_path: Path, db: Path, workers: int, transport: str, ingest: str) -> float:
+async def front_door(
+    suite_path: Path, db: Path, workers: int, transport: str, ingest: str, pipelined: bool = True
+) -> float:
     suite = load_suite(suite_path)
     store = RunStore(db)
     run = f"bench-{transport}-{ingest}-w{workers}"
@@ -109,6 +115,7 @@ async def front_door(suite_path: Path, db: Path, workers: int, transport: str, i
     )
     plan = ReplayPlan(run, suite.episodes, {}, workers, 5, ingest)
     target = BuiltinTarget(db, transport=transport)
+    target.pipelined = pipelined
     summary = await replay_suite(suite, plan, target, store, make_reader("none"), show_progress=False)
     assert summary["episodes_done"] == len(suite.episodes), summary
     first, last = store.conn.execute(
@@ -119,10 +126,11 @@ async def front_door(suite_path: Path, db: Path, workers: int, transport: str, i
 
 
 PATHS = [
-    ("stdio", "turn", "MCP over stdio, per turn"),
-    ("stdio", "batch", "MCP over stdio, batched ingest"),
+    ("stdio", "turn", True, "MCP over stdio, per turn (pipelined)"),
+    ("stdio", "turn", False, "MCP over stdio, per turn, one at a time (before)"),
+    ("stdio", "batch", True, "MCP over stdio, batched ingest"),
 ]
-HTTP_PATH = ("http", "turn", "MCP over HTTP, per turn (before)")
+HTTP_PATH = ("http", "turn", False, "MCP over HTTP, per turn")
 
 
 def measure(
@@ -139,9 +147,9 @@ def measure(
     took: dict[str, list[float]] = {label: [] for *_, label in paths}
     for round_ in range(repeat):
         base.append(anyio.run(in_process, episodes, tmp / f"{name}-inproc-{round_}.db"))
-        for transport, ingest, label in paths:
-            db = tmp / f"{name}-{transport}-{ingest}-{round_}.db"
-            took[label].append(anyio.run(front_door, suite_path, db, workers, transport, ingest))
+        for transport, ingest, pipelined, label in paths:
+            db = tmp / f"{name}-{transport}-{ingest}-{pipelined}-{round_}.db"
+            took[label].append(anyio.run(front_door, suite_path, db, workers, transport, ingest, pipelined))
     median = statistics.median(base)
     head = f"| {name} | {len(episodes)} | {sessions} | {turns}"
     rows = [f"{head} | in-process backend | - | {median:.2f} | {sessions / median:.0f} | 1.00 | - |"]
@@ -175,12 +183,14 @@ def main() -> int:
         "time ratio (median) | ratio range |"
     )
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |")
+    load = f"{os.getloadavg()[0]:.2f}"
     with tempfile.TemporaryDirectory() as tmp:
         for name, episodes in suites:
             for row in measure(name, episodes, Path(tmp), args.repeat, args.workers, args.http):
                 print(row, flush=True)
     print(
-        f"\n(sqlite {sqlite3.sqlite_version}; {args.repeat} rounds; in-process = BuiltinBackend.add/search, "
+        f"\n(load average before: {load}; after: {os.getloadavg()[0]:.2f}; "
+        f"sqlite {sqlite3.sqlite_version}; {args.repeat} rounds; in-process = BuiltinBackend.add/search, "
         "no recording; the MCP paths = memtap replay through memtap serve, every call recorded; time ratio = "
         "path / the in-process time of the same round; aims: stdio per turn <= 5x, batched <= 3x)"
     )

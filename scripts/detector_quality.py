@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "tests" / "upstreams" / "faulty_memory.py"
 SUITES = ("paradigms", "lifecycle", "permission")
-FAULTS = ("", "overwrite", "wrong_delete", "readd", "fail_add", "leak")
+FAULTS = ("", "overwrite", "wrong_delete", "readd", "fail_add", "lossy_update", "leak")
 DETECTORS = ("erasure", "destructive_update", "stale_coexistence", "leak_retrieval", "leak_injection")
 
 

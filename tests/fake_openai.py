@@ -8,6 +8,8 @@ side. What it answers is steered by the last user message:
 - ``[status N]``: answer HTTP N with an OpenAI error body;
 - ``[garbage]``: answer 500 with a body that is not JSON;
 - ``[die]``: stream three chunks, then drop the connection mid-event;
+- ``[split]``: stream each event in two writes, cut mid-JSON, a moment apart (so a reader gets
+  events split across reads);
 - ``[endless]``: stream until the client goes away, then set ``cancelled``;
 - ``[stall]``: send nothing for ten seconds (to hit a timeout).
 
@@ -211,6 +213,15 @@ def build_app(state: FakeState) -> web.Application:
             return web.Response(body=json.dumps(data, separators=(",", ":")), content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if "[split]" in text:
+            whole = response.write
+
+            async def write(data: bytes) -> None:
+                await whole(data[: len(data) // 2])
+                await asyncio.sleep(0.002)  # the two halves leave in separate segments
+                await whole(data[len(data) // 2 :])
+
+            response.write = write  # type: ignore[method-assign]
         try:
             await response.write(_chunk(model, {"role": "assistant", "content": ""}))
             if tool:

@@ -156,11 +156,19 @@ def test_framework_agent_replayed_through_a_paradigms_suite_is_scored_at_every_l
             stored["access"]["visibility"] == "participants"
             and said.speaker in stored["access"]["participants"]
         )
-    probes = {(e.episode_id, "probes", p.probe_id): p for e in episodes for p in e.probes}
+    # The user whose episode it is asks as the episode's namespace, which owns what was stored there.
+    attempt = dict(rows(db_path, "SELECT episode_id, namespace FROM run_episodes WHERE run_id = 'a1'"))
+    asked_as = {
+        (e.episode_id, "probes", p.probe_id): attempt[e.episode_id]
+        if e.requester_of(p) == e.owner()
+        else e.requester_of(p)
+        for e in episodes
+        for p in e.probes
+    }
     searched = {
         (ep, s, t): who for op, *_, ep, s, t, _, who, _ in events if op == "retrieve" and s == "probes"
     }
-    assert searched == {key: probe.requester for key, probe in probes.items()}
+    assert searched == asked_as
 
     # Each probe's answer is the agent's reply, read off what its own search returned.
     for episode, probe, answer in rows(

@@ -15,6 +15,7 @@ from served import chats
 
 from memtap.adapters.memory_server import observation_id
 from memtap.findings.model import Severity
+from memtap.proxy.policy import GateMode
 
 pytestmark = pytest.mark.anyio
 
@@ -144,6 +145,32 @@ async def test_the_chat_proxy_answering_the_owner_leaks_nothing(serve_memtap: Se
     served.events(chats(1))
     found = settled_findings(served)
     assert [f.kind for f in found if f.kind.startswith("leak")] == []
+
+
+async def test_a_reply_stating_what_a_memory_the_requester_may_see_also_states_leaks_nothing(
+    serve_memtap: Serve, upstream: Any
+) -> None:
+    models = [{"model_name": "reader", "litellm_params": {"model": "openai/memory-echo", "api_base": upstream.base_url,
+                                                           "api_key": "sk-upstream"}}]  # fmt: skip
+    served = serve_memtap({"memory": "auto"}, models=models, gate=GateMode.ENFORCE)
+    private = await _plant_pin(served)
+    async with http_client(f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}) as alice:
+        told = await alice.call_tool(
+            "memory_add",
+            {"content": "Everyone knows Alice's door PIN is 4471.", "access": {"visibility": "public"}},
+        )
+    public = str(told.structured_content["id"])  # type: ignore[index]
+    client = openai.OpenAI(
+        api_key="x", base_url=served.base_url, default_headers={"X-Memtap-Requester": "carol"}
+    )
+    reply = client.chat.completions.create(
+        model="reader", user="alice", messages=[{"role": "user", "content": "What is the door PIN?"}]
+    )
+    # The gate withheld the private memory; the model recites the public one, which states the same PIN.
+    text = reply.choices[0].message.content or ""
+    assert public in text and private not in text and "4471" in text
+    served.events(chats(1))
+    assert [f for f in settled_findings(served) if f.kind.startswith("leak")] == []
 
 
 CANARY = "CANARY-7f3a9c"

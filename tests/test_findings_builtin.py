@@ -100,6 +100,25 @@ async def test_an_update_that_drops_a_fact_is_destructive(serve_memtap: Serve) -
     assert found.evidence["new_facts"] == []
 
 
+async def test_an_update_that_drops_a_fact_while_adding_others_is_destructive(serve_memtap: Serve) -> None:
+    """New facts about something else do not make up for a dropped one (a merge that loses detail)."""
+    served = serve_memtap()
+    before = "I see a therapist on Mondays. I still owe 4,200 dollars on my card."
+    after = "I see a therapist on Mondays. Everyone is invited: the team offsite is in Lisbon this year."
+    item = await _add_then_update(served, before, after)
+    (found,) = settled_findings(served, "destructive_update")
+    assert (found.item_ids, found.evidence["dropped_facts"]) == ([item], ["4,200"])
+    assert found.evidence["new_facts"] == ["everyone", "invited", "lisbon", "team offsite"]
+
+
+async def test_an_update_that_gives_a_subject_another_value_beside_new_facts_is_not_destructive(
+    serve_memtap: Serve,
+) -> None:
+    served = serve_memtap()
+    await _add_then_update(served, "Alice works at Acme.", "Alice works at Globex in Lisbon since 2020.")
+    assert settled_findings(served, "destructive_update") == []
+
+
 async def test_an_update_that_replaces_a_value_is_not_destructive(serve_memtap: Serve) -> None:
     served = serve_memtap()
     await _add_then_update(

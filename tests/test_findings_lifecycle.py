@@ -12,6 +12,7 @@ from findings_helpers import faulty_server, serve_proxy, settled_findings
 
 from memtap.adapters.memory_server import observation_id
 from memtap.findings.model import Severity
+from memtap.trace.store import TraceStore
 
 pytestmark = pytest.mark.anyio
 
@@ -69,6 +70,55 @@ async def test_the_correct_backend_adding_a_value_has_no_findings(db_path: Path)
 
 
 DELETE_SCRIPT = [("t1", "create_entities", ALICE), ("t2", "delete_observations", _delete("lives in Oslo"))]
+
+
+WORK = "Lives in Oslo. Works at Acme since 2019."
+MERGED = "Lives in Oslo. Took up pottery."
+LOSSY_SCRIPT = [
+    (
+        "t1",
+        "create_entities",
+        {"entities": [{"name": "alice", "entityType": "person", "observations": [WORK]}]},
+    ),
+    ("t2", "add_observations", _add("Took up pottery.")),
+]
+
+
+async def test_a_backend_whose_merge_loses_detail_records_an_update_flagged_as_destructive(
+    db_path: Path,
+) -> None:
+    found = await _play(db_path, "lossy_update", LOSSY_SCRIPT)
+    work, merged = observation_id("alice", WORK), observation_id("alice", MERGED)
+    # The server rewrote the observation it held into its gist plus the new one: one update.
+    store = TraceStore(db_path)
+    try:
+        (add,) = [e for e in store.list_events() if e.tool == "add_observations"]
+    finally:
+        store.close()
+    assert [
+        (e.kind.value, e.item_id, e.content_before, e.content_after, e.derived_from) for e in add.effects
+    ] == [
+        ("delete", work, WORK, None, []),
+        ("update", merged, WORK, MERGED, [work]),
+    ]
+    assert _flagged(found) == [("destructive_update", "medium", [merged]), ("erasure", "high", [merged])]
+    destructive = next(f for f in found if f.kind == "destructive_update")
+    assert destructive.evidence == {
+        "content_before": WORK,
+        "content_after": MERGED,
+        "dropped_facts": ["2019", "acme", "works"],
+        "new_facts": ["took"],
+    }
+    assert destructive.summary == f"{merged}: update dropped 2019, acme, works"
+    erasure = next(f for f in found if f.kind == "erasure")
+    assert (erasure.evidence["removed"], erasure.evidence["lost_facts"]) == (
+        "update",
+        ["2019", "acme", "works"],
+    )
+
+
+async def test_the_correct_backend_adding_to_an_entity_rewrites_nothing(db_path: Path) -> None:
+    assert await _play(db_path, "", LOSSY_SCRIPT) == []
 
 
 async def test_a_backend_that_deletes_more_than_asked_is_flagged_and_the_asked_delete_is_not_judged(

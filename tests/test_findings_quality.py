@@ -14,6 +14,7 @@ from conftest import http_client, meta
 from findings_helpers import faulty_server, serve_proxy, settled_findings
 
 from memtap.adapters.memory_server import observation_id
+from memtap.findings.facts import facts
 from memtap.findings.model import Severity
 from memtap.findings.supersede import clauses, states_change
 
@@ -133,6 +134,57 @@ async def test_a_readd_that_deletes_the_memory_is_an_erasure_the_add_did_not_ask
 
 async def test_the_correct_backend_keeps_the_readded_memory_without_erasure(db_path: Path) -> None:
     assert await _play_readd(db_path, "") == []
+
+
+ACKNOWLEDGEMENTS = [
+    "That is a nice coincidence.",
+    "Understood, nothing to change then.",
+    "Glad you enjoyed it.",
+]
+OFFER = "I can remind you about the dentist paperwork on Monday."
+
+
+async def test_a_readd_that_deletes_acknowledgements_erases_no_fact_but_one_that_deletes_a_date_does(
+    db_path: Path,
+) -> None:
+    """Small talk states no fact ("nice coincidence" is what *that* is, "to change" an infinitive):
+    the re-adding backend deleting it is a readd_deletes, not an erasure; a day it deletes is."""
+    served = serve_proxy(db_path, {"memory": faulty_server("readd")})
+    said = [*ACKNOWLEDGEMENTS, OFFER]
+    add = {"observations": [{"entityName": "assistant", "contents": said}]}
+    try:
+        async with http_client(
+            f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}
+        ) as client:
+            made = {"entities": [{"name": "assistant", "entityType": "speaker", "observations": []}]}
+            await client.call_tool(
+                "create_entities", made, meta=meta(session="s1", turn="t1", role="assistant")
+            )
+            await client.call_tool(
+                "add_observations", add, meta=meta(session="s1", turn="t2", role="assistant")
+            )
+            await client.call_tool(
+                "add_observations", add, meta=meta(session="s2", turn="t1", role="assistant")
+            )
+        found = settled_findings(served)
+    finally:
+        served.stop()
+    readds = sorted(f.evidence["deleted_content"] for f in found if f.kind == "readd_deletes")
+    assert readds == sorted(said)
+    (erasure,) = [f for f in found if f.kind == "erasure"]
+    assert (erasure.item_ids, erasure.evidence["lost_facts"]) == (
+        [observation_id("assistant", OFFER)],
+        ["monday"],
+    )
+
+
+def test_acknowledgements_and_infinitives_state_no_fact_while_values_and_places_do() -> None:
+    assert [facts(t) for t in ACKNOWLEDGEMENTS] == [frozenset()] * 3
+    assert facts("I need to sort out some paperwork next week.") == frozenset()
+    assert facts("I get to work by train.") == {"work train"}
+    assert facts("Last year I moved to berlin.") >= {"berlin"}
+    assert facts("It is closer to home now.") == {"home"}
+    assert facts("My favourite colour is dark blue.") == {"dark blue"}
 
 
 async def _search_as(served: Any, namespace: str, query: str) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from memtap.cli.main import cli
@@ -112,3 +114,153 @@ def test_turns_go_in_batches_under_the_item_cap_and_about_a_mebibyte_of_content(
     big = BATCH_BYTES // 3
     chunks = _chunks(turns(big, big, big, 3 * BATCH_BYTES, 5))
     assert [[turn.turn for _, turn in c] for c in chunks] == [["t0", "t1"], ["t2"], ["t3"], ["t4"]]
+
+
+def test_per_turn_calls_over_stdio_go_pipelined_and_a_refused_turn_fails_its_episode_at_that_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anyio
+
+    from memtap.adapters.connections import StdioConnection
+    from memtap.probes.readers import make_reader
+    from memtap.probes.replay import ReplayPlan, replay_suite
+    from memtap.probes.runs import RunStore
+    from memtap.probes.suitefile import load_suite
+    from memtap.probes.targets.builtin import BuiltinTarget
+
+    episodes = generate("paradigms", seed=8, episodes=2)
+    session = episodes[1].sessions[2]
+    session.turns[0].content = "x" * 500  # over the child's cap: memory_add refuses it
+    path = tmp_path / "suite.jsonl"
+    write_suite(episodes, path)
+    suite, db = load_suite(path), tmp_path / "trace.db"
+    store = RunStore(db)
+    store.create_run("r", suite_path=suite.path, suite_sha256=suite.sha256, episodes=suite.episodes,
+                     target="builtin", config={}, reader="none")  # fmt: skip
+    written: list[int] = []  # how many calls each write carried (the real method does the work)
+    real = StdioConnection.request_many
+
+    async def counted(self: StdioConnection, method: str, params: list[Any], *, timeout: float) -> Any:
+        written.append(len(params))
+        return await real(self, method, params, timeout=timeout)
+
+    monkeypatch.setattr(StdioConnection, "request_many", counted)
+    target = BuiltinTarget(db, serve_args=("--max-content-bytes", "300"))
+    plan = ReplayPlan("r", suite.episodes, {}, 1, 5, "turn")
+    summary = anyio.run(
+        lambda: replay_suite(suite, plan, target, store, make_reader("none"), show_progress=False)
+    )
+    assert (summary["episodes_done"], summary["episodes_failed"]) == (1, 1)
+    [(error, done)] = store.conn.execute(
+        "SELECT error, sessions_done FROM run_episodes WHERE status = 'failed'"
+    ).fetchall()
+    store.close()
+    assert "memory_add failed" in error and "300 bytes" in error and done == 2
+    assert max(written) > 1  # several turns' calls in one write
+    conn = sqlite3.connect(db)
+    adds = conn.execute(
+        "SELECT json_extract(context, '$.episode'), json_extract(context, '$.session'),"
+        " json_extract(context, '$.turn'), status FROM events WHERE tool = 'memory_add' ORDER BY id"
+    ).fetchall()
+    conn.close()
+    failed = [(e, s, t) for e, s, t, status in adds if status != "ok"]
+    assert failed == [(episodes[1].episode_id, session.session_id, session.turns[0].turn_id)]
+    # the turns in flight with the refused one were served and recorded, each its own call, in order
+    mine = [(s, t) for e, s, t, _ in adds if e == episodes[1].episode_id]
+    sent = [(s.session_id, t.turn_id) for s in episodes[1].sessions for t in s.turns if t.content.strip()]
+    assert (
+        mine == sent[: len(mine)]
+        and len(mine) > sent.index((session.session_id, session.turns[0].turn_id)) + 1
+    )
+
+
+def test_pipelined_requests_come_back_in_the_order_sent_each_with_its_own_result_or_rpc_error(
+    tmp_path: Path,
+) -> None:
+    import anyio
+
+    from memtap.errors import UpstreamRPCError
+    from memtap.probes.targets._stdio import StdioServe
+
+    async def run() -> list[Any]:
+        child = StdioServe(tmp_path / "trace.db")
+        await child.start()
+        try:
+            call = {"name": "memory_add", "_meta": {"memtap": {"namespace": "ns"}}}
+            params = [
+                {**call, "arguments": {"content": "first"}},
+                {"arguments": {"content": "no tool name"}},  # invalid params: a JSON-RPC error
+                {**call, "arguments": {"content": "third"}},
+            ]
+            assert child._conn is not None
+            return list(await child._conn.request_many("tools/call", params, timeout=60))
+        finally:
+            await child.aclose()
+
+    first, bad, third = anyio.run(run)
+    assert isinstance(bad, UpstreamRPCError) and bad.code == -32602
+    assert [first["structuredContent"]["content"], third["structuredContent"]["content"]] == [
+        "first",
+        "third",
+    ]
+    conn = sqlite3.connect(tmp_path / "trace.db")
+    stored = [json.loads(r)["content"] for (r,) in conn.execute("SELECT arguments FROM events ORDER BY id")]
+    conn.close()
+    assert stored == ["first", "third"]
+
+
+def test_pipelined_turns_and_probes_leave_the_trace_and_retrievals_of_calls_made_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    import anyio
+
+    from memtap.probes.readers import make_reader
+    from memtap.probes.replay import ReplayPlan, replay_suite
+    from memtap.probes.runs import RunStore
+    from memtap.probes.suitefile import load_suite
+    from memtap.probes.targets.builtin import BuiltinTarget
+
+    path = tmp_path / "suite.jsonl"
+    write_suite(
+        generate("paradigms", seed=12, episodes=3) + generate("permission", seed=12, episodes=1), path
+    )
+    suite, db = load_suite(path), tmp_path / "trace.db"
+    for run, pipelined in (("one-at-a-time", False), ("pipelined", True)):
+        store = RunStore(db)
+        store.create_run(run, suite_path=suite.path, suite_sha256=suite.sha256, episodes=suite.episodes,
+                         target="builtin", config={}, reader="none")  # fmt: skip
+        target = BuiltinTarget(db)
+        target.pipelined = pipelined
+        plan = ReplayPlan(run, suite.episodes, {}, 1, 5, "turn")
+        play = functools.partial(
+            replay_suite, suite, plan, target, store, make_reader("none"), show_progress=False
+        )
+        summary = anyio.run(play)
+        store.close()
+        assert (summary["episodes_done"], summary["episodes_failed"]) == (len(suite.episodes), 0)
+    one, many = _trace(db, "one-at-a-time"), _trace(db, "pipelined")
+    assert len(one) > 20 and sum('"memory_search"' in row for row in one) >= 4
+    assert [(i, a, b) for i, (a, b) in enumerate(zip(one, many, strict=True)) if a != b] == []
+    conn = sqlite3.connect(db)
+    probes = {
+        run: conn.execute(
+            "SELECT episode_id, probe_id, retrieved FROM run_probes WHERE run_id = ? ORDER BY episode_id, probe_id",
+            [run],
+        ).fetchall()
+        for run in ("one-at-a-time", "pipelined")
+    }
+    conn.close()
+    assert len(probes["pipelined"]) >= 4
+
+    def contents(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, list[str]]]:
+        conn = sqlite3.connect(db)
+        try:
+            return [
+                (e, p, [conn.execute("SELECT content FROM item_versions WHERE item_id = ?", [i]).fetchone()[0]
+                        for i in json.loads(r)])
+                for e, p, r in rows
+            ]  # fmt: skip
+        finally:
+            conn.close()
+
+    assert contents(probes["one-at-a-time"]) == contents(probes["pipelined"])

@@ -149,6 +149,21 @@ def test_openai_target_sends_turns_as_chats_and_reads_probe_retrieval_from_the_t
         assert json.loads(retrieved) == traced[:5]
     assert any(json.loads(r[0]) for r in rows(db_path, "SELECT retrieved FROM run_probes"))
 
+    # The user whose episode it is asks as the episode's namespace, which owns what the chat proxy
+    # captured there: the observing gate denies none of it, and no leak is found.
+    attempt = dict(rows(db_path, "SELECT episode_id, namespace FROM run_episodes WHERE run_id = 'o1'"))
+    searches = rows(db_path, """SELECT episode, namespace, requester, gate FROM events
+                                WHERE run_id = 'o1' AND session = 'probes' AND op = 'retrieve'""")  # fmt: skip
+    assert len(searches) == len(probes)
+    assert all(e.requester_of(p) == e.owner() for e in episodes for p in e.probes)
+    assert {(ep, ns, who) for ep, ns, who, _ in searches} == {(ep, ns, ns) for ep, ns in attempt.items()}
+    assert {gate for *_, gate in searches} <= {"observe:allow", None} and "observe:allow" in {
+        g for *_, g in searches
+    }
+    checked = run_cli("check", "--db", str(db_path), "--run", "o1", "--no-save", "--json")
+    found = [json.loads(line)["kind"] for line in checked.stdout.splitlines()]
+    assert not [kind for kind in found if kind.startswith("leak")], found
+
 
 def test_llm_reader_answers_in_the_probe_shape_from_the_retrieved_memories(
     tmp_path: Path, db_path: Path, upstream: Any

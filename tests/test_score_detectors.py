@@ -142,3 +142,58 @@ def test_a_chat_agent_reciting_denied_memories_is_an_injection_leak_and_enforcin
         (0, 0, 0, 2),
         (0, 0, 0, 2),
     )
+
+
+def test_answer_leaks_of_a_wrapped_servers_replay_are_not_measured_as_missed_injections(
+    tmp_path: Path,
+) -> None:
+    """A wrapped MCP server has no chat: the answers are the replay reader's, outside the trace, so
+    leak_injection says it cannot be measured rather than counting the gold's answer leaks as misses."""
+    suite = tmp_path / "permission.jsonl"
+    write_suite(generate("permission", seed=5, episodes=2), suite)
+    config = tmp_path / "reference.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("")}}))
+    db = tmp_path / "reference.db"
+    code, out = _cli("replay", str(suite), "--target", f"mcp:{config}:memory", "--reader", "extractive",
+                     "--db", str(db), "--run", "r1")  # fmt: skip
+    assert code == 0, out
+    code, out = _cli("score", "r1", "--db", str(db), "--json")
+    assert code == 0, out
+    report = json.loads(out.strip().splitlines()[-1])
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(report)
+    assert report["measures"]["permission_leak_rate"]["value"] > 0  # the gold has answer leaks ...
+    assert "leak_injection" not in report["detectors"]["detectors"]  # ... which no detector can see
+    assert report["detectors"]["not_measured"] == {
+        "leak_injection": "the answers are the replay's reader's, not chat replies in the trace"
+    }
+    assert _counts(report)["leak_retrieval"] == (2, 0, 0, 0)
+    code, table = _cli("score", "r1", "--db", str(db), "--no-store")
+    assert code == 0
+    assert "leak_injection: not measured (the answers are the replay's reader's" in table
+
+
+def test_a_deleted_copy_of_a_memory_another_item_still_holds_is_no_erasure_for_the_gold(
+    suite: Path, tmp_path: Path
+) -> None:
+    """The re-adding backend deletes the second copy of a repeated sentence: an unsafe deletion at
+    the storage level (the item held a valid memory), but the memory lives on in its first copy, so
+    neither the gold nor the detector sees an erasure; nor in the acknowledgements it deletes."""
+    config = tmp_path / "readd.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("readd")}}))
+    report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "readd.db")
+    assert report["measures"]["unsafe_deletion_rate"]["value"] > 0
+    assert _counts(report)["erasure"] == (0, 0, 0, 2)
+
+
+def test_a_backend_whose_merges_lose_detail_is_measured_for_destructive_update(
+    suite: Path, tmp_path: Path
+) -> None:
+    """The summarising backend rewrites what an entity held into its first sentence plus the new
+    observation: updates that drop still-valid memories, for the gold and for the detector."""
+    config = tmp_path / "lossy.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("lossy_update")}}))
+    report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "lossy.db")
+    assert _counts(report)["destructive_update"] == (2, 0, 0, 0)
+    assert _counts(report)["erasure"] == (2, 0, 0, 0)
+    destructive = report["detectors"]["detectors"]["destructive_update"]
+    assert destructive["precision"] == destructive["recall"] == 1.0

@@ -235,6 +235,60 @@ class StdioConnection:
         finally:
             self._pending.pop(request_id, None)
 
+    async def request_many(
+        self, method: str, params: list[dict[str, Any]], *, timeout: float
+    ) -> list[dict[str, Any] | UpstreamError]:
+        """Several requests of ``method`` written at once, in order, in one write (pipelined: the
+        server reads them together instead of one wake-up per call); each one's result, or the
+        :class:`UpstreamError` it got (a JSON-RPC error), in the order sent. A broken connection or
+        the deadline for them all raises as :meth:`request` does."""
+        if self.closed.is_set():
+            raise Unavailable(self.describe_exit(), upstream=self.name)
+        loop = asyncio.get_running_loop()
+        futures: list[tuple[int, asyncio.Future[dict[str, Any]]]] = []
+        lines = []
+        for one in params:
+            self._next_id += 1
+            futures.append((self._next_id, loop.create_future()))
+            self._pending[self._next_id] = futures[-1][1]
+            lines.append(_encode({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": one}))
+        stdin = self.proc.stdin
+        try:
+            if stdin is None or stdin.is_closing():
+                raise Unavailable(self.describe_exit(), upstream=self.name)
+            stdin.write(b"".join(lines))
+            await stdin.drain()
+            async with asyncio.timeout(timeout):
+                await asyncio.wait([future for _, future in futures])
+            results: list[dict[str, Any] | UpstreamError] = []
+            for _, future in futures:
+                error = future.exception()
+                if error is None:
+                    results.append(future.result())
+                elif isinstance(error, UpstreamError) and not isinstance(error, Unavailable):
+                    results.append(error)  # this request's own JSON-RPC error
+                else:
+                    raise error
+            return results
+        except (ConnectionError, RuntimeError, Unavailable):
+            with anyio.move_on_after(_CLOSE_GRACE_S):
+                await self.closed.wait()
+            raise Unavailable(self.describe_exit(), upstream=self.name) from None
+        except TimeoutError:
+            reason = f"memtap: timed out after {timeout:g} s"
+            for request_id, future in futures:
+                if not future.done():
+                    await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+            raise UpstreamTimeout(
+                f"upstream {self.name!r} did not answer {len(futures)} pipelined {method} in {timeout:g} s",
+                upstream=self.name,
+            ) from None
+        finally:
+            for request_id, future in futures:
+                self._pending.pop(request_id, None)
+                if not future.done():
+                    future.cancel()
+
     async def close(self) -> None:
         """Close stdin, give the server a grace period, then end its process group."""
         proc = self.proc

@@ -3,8 +3,9 @@
 A model alias from ``model_list`` resolves to an :class:`Upstream`. Providers that speak
 the OpenAI HTTP API themselves (``openai``, ``hosted_vllm``, ``lm_studio``, ...) go
 through :class:`PassThrough`: the request body is sent as it came (only the model name
-rewritten when the alias differs) over one pooled aiohttp session, and the response
-bytes come back untouched, streamed chunks as they arrive. Every other provider goes
+rewritten when the alias differs) over kept-alive connections (a lean HTTP/1.1 client,
+:mod:`memtap.adapters.upstream_http`), and the response bytes come back untouched,
+streamed chunks as they arrive. Every other provider goes
 through :class:`LiteLLMClient`, which imports litellm on first use only (it takes seconds
 and tries the network unless ``LITELLM_LOCAL_MODEL_COST_MAP`` is set, which we set).
 
@@ -22,10 +23,11 @@ import itertools
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from memtap.adapters.upstream_http import HTTPClient, Response
 from memtap.config import ModelEntry, RouteSettings, resolve_secret
 from memtap.errors import ConfigError, ProxyError
 from memtap.jsontext import json_body
@@ -37,6 +39,7 @@ __all__ = [
     "LiteLLMClient",
     "ModelRouter",
     "PassThrough",
+    "StreamBody",
     "Upstream",
     "UpstreamError",
     "clean_message",
@@ -182,107 +185,128 @@ def _http_error(status: int, body: bytes) -> UpstreamError:
     )
 
 
+class StreamBody:
+    """A streamed answer's chunks (iterate over it), and whether the upstream has finished it:
+    ``ended()`` is true once nothing more will come, so the caller may end its own answer with
+    the last chunk instead of after it."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], ended: Callable[[], bool]) -> None:
+        self.chunks = chunks
+        self.ended = ended
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.chunks
+
+
 class PassThrough:
-    """OpenAI-compatible upstreams over one pooled aiohttp session."""
+    """OpenAI-compatible upstreams over kept-alive connections (:mod:`memtap.adapters.upstream_http`)."""
 
     def __init__(self, connect_timeout: float = 10.0) -> None:
         self.connect_timeout = connect_timeout
-        self._session: Any = None
+        self._client: HTTPClient | None = None
 
     async def start(self) -> None:
-        import aiohttp
-
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
-            self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
-            )
+        if self._client is None:
+            self._client = HTTPClient(self.connect_timeout)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
-    def _headers(self, upstream: Upstream, stream: bool) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-        if stream:
-            headers["Accept"] = "text/event-stream"
+    def _headers(self, upstream: Upstream, stream: bool) -> bytes:
+        head = _STREAM_HEADERS if stream else _HEADERS
         try:
             key = upstream.key()
         except ConfigError as exc:
             raise UpstreamError(500, str(exc), type_="server_error") from None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
-
-    async def _post(self, upstream: Upstream, path: str, body: bytes, stream: bool) -> Any:
-        import aiohttp
-
-        if self._session is None:
-            await self.start()
-        timeout = (
-            aiohttp.ClientTimeout(total=None, connect=self.connect_timeout, sock_read=upstream.stream_timeout)
-            if stream
-            else aiohttp.ClientTimeout(total=upstream.timeout, connect=self.connect_timeout)
-        )
+        if not key:
+            return head
         try:
-            return await self._session.post(
-                upstream.url(path), data=body, headers=self._headers(upstream, stream), timeout=timeout
-            )
+            if "\r" in key or "\n" in key:
+                raise ValueError("a line break")
+            return head + b"Authorization: Bearer " + key.encode("latin-1") + b"\r\n"
+        except (UnicodeEncodeError, ValueError):
+            raise UpstreamError(
+                500, f"model {upstream.alias!r}: api_key is not a valid header value", type_="server_error"
+            ) from None
+
+    async def _post(
+        self, upstream: Upstream, url: str, body: bytes, stream: bool, deadline: float
+    ) -> Response:
+        if self._client is None:
+            await self.start()
+        assert self._client is not None
+        try:
+            return await self._client.post(url, self._headers(upstream, stream), body, deadline)
         except TimeoutError:
             raise UpstreamError(504, f"upstream {upstream.alias!r} timed out", type_="timeout") from None
-        except aiohttp.ClientError as exc:
+        except OSError as exc:  # CannotConnect, BrokeOff
             raise UpstreamError(502, f"cannot reach upstream {upstream.alias!r}: {exc}") from None
+
+    @staticmethod
+    async def _body(upstream: Upstream, response: Response, deadline: float) -> bytes:
+        try:
+            return await response.read(deadline)
+        except TimeoutError:
+            raise UpstreamError(504, f"upstream {upstream.alias!r} timed out", type_="timeout") from None
+        except OSError as exc:
+            raise UpstreamError(502, f"upstream {upstream.alias!r} broke off: {exc}") from None
 
     async def request(self, upstream: Upstream, path: str, body: bytes) -> tuple[int, bytes, str]:
         """One non-streaming call: status, body bytes, content type (error answers raise)."""
-        import aiohttp
-
-        response = await self._post(upstream, path, body, stream=False)
+        url = upstream.url(path)
+        deadline = asyncio.get_running_loop().time() + upstream.timeout
+        response = await self._post(upstream, url, body, False, deadline)
         try:
-            data = await response.read()
-        except TimeoutError:
-            raise UpstreamError(504, f"upstream {upstream.alias!r} timed out", type_="timeout") from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(502, f"upstream {upstream.alias!r} broke off: {exc}") from None
+            data = await self._body(upstream, response, deadline)
         finally:
-            response.release()
+            self._release(url, response)
         if response.status >= 400:
             raise _http_error(response.status, data)
-        return response.status, data, response.headers.get("Content-Type", "application/json")
+        return response.status, data, response.content_type
+
+    def _release(self, url: str, response: Response) -> None:
+        if self._client is not None:
+            self._client.release(url, response)
+        else:
+            response.close()
 
     @contextlib.asynccontextmanager
-    async def stream(self, upstream: Upstream, path: str, body: bytes) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def stream(self, upstream: Upstream, path: str, body: bytes) -> AsyncIterator[StreamBody]:
         """A streaming call: yields the response body's chunks as they arrive.
 
         An error answer raises before anything is yielded; a failure mid-stream raises
         UpstreamError from the iterator. Leaving early closes the upstream connection,
-        which cancels the upstream's generation.
+        which cancels the upstream's generation. Each wait for the upstream (its answer's
+        start, then each read) may take the route's ``stream_timeout``.
         """
-        import aiohttp
-
-        response = await self._post(upstream, path, body, stream=True)
+        url = upstream.url(path)
+        loop = asyncio.get_running_loop()
+        response = await self._post(upstream, url, body, True, loop.time() + upstream.stream_timeout)
         try:
             if response.status >= 400:
-                raise _http_error(response.status, await response.read())
+                data = await self._body(upstream, response, loop.time() + upstream.stream_timeout)
+                raise _http_error(response.status, data)
 
             async def chunks() -> AsyncIterator[bytes]:
                 try:
-                    async for chunk in response.content.iter_any():
+                    async for chunk in response.iter_chunks(upstream.stream_timeout):
                         yield chunk
                 except TimeoutError:
                     raise UpstreamError(504, f"upstream {upstream.alias!r} stalled mid-stream") from None
-                except aiohttp.ClientError as exc:
+                except OSError as exc:
                     raise UpstreamError(
                         502, f"upstream {upstream.alias!r} broke off mid-stream: {exc}"
                     ) from None
 
-            yield chunks()
+            yield StreamBody(chunks(), response.ended)
         finally:
-            if response.content.at_eof():
-                response.release()
-            else:
-                response.close()
+            self._release(url, response)
+
+
+_HEADERS = b"Content-Type: application/json\r\nAccept-Encoding: identity\r\n"
+_STREAM_HEADERS = _HEADERS + b"Accept: text/event-stream\r\n"
 
 
 def _import_litellm() -> Any:

@@ -24,7 +24,12 @@ same observation has the same id in every event of a run, and across restarts.
 A ``delete_observations`` followed by ``add_observations`` on the same entity in
 the same turn (same session and turn from the context; without a turn, the very
 next write) is recorded as an update: the new observation's effect is ``update``
-with ``derived_from`` naming the observation it replaced.
+with ``derived_from`` naming the observation it replaced. So is an
+``add_observations`` after which the entity lost observations and holds one the
+call did not ask for (a server that rewrote what it held, merging the new one in):
+the lost observations' ``delete`` effects, then the new one's ``update`` derived
+from them. A server that drops observations beside the one it was asked to add
+(an overwrite) records ``delete`` effects and the ``add``.
 """
 
 from __future__ import annotations
@@ -263,12 +268,20 @@ class GraphTap:
             return result, [], None
         named = named_entities(tool, arguments) if tool in MUTATING_TOOLS else []
         order = list(dict.fromkeys([*named, *before.entities, *after.entities]))
-        effects = self._diff(before, after, order, context, tool, seq)
+        asked = _asked_observations(arguments) if tool == "add_observations" else {}
+        effects = self._diff(before, after, order, context, tool, seq, asked)
         op = Op.UPDATE if effects and all(e.kind == EffectKind.UPDATE for e in effects) else None
         return result, effects, op
 
     def _diff(
-        self, before: Graph, after: Graph, order: list[str], ctx: Context, tool: str, seq: int
+        self,
+        before: Graph,
+        after: Graph,
+        order: list[str],
+        ctx: Context,
+        tool: str,
+        seq: int,
+        asked: dict[str, set[str]] | None = None,
     ) -> list[MemoryEffect]:
         ns = ctx.namespace
         tags = AccessTags(owner=ns)
@@ -309,6 +322,8 @@ class GraphTap:
                 while len(self._removed) > _PENDING_LIMIT:
                     self._removed.popitem(last=False)
             replaced = self._replaced(key, added, seq) if tool == "add_observations" else {}
+            if not replaced and removed and asked is not None and name in asked:
+                replaced = _rewritten(removed, [o for o in added if o not in asked[name]])
             for text in added:
                 sources = [observation_id(name, o) for o in replaced.get(text, [])]
                 new_id = observation_id(name, text)
@@ -355,6 +370,29 @@ class GraphTap:
         if len(candidates) == 1:
             return {candidates[0]: removed}
         return {new: [old] for new, old in zip(candidates, removed, strict=False)}
+
+
+def _asked_observations(arguments: dict[str, Any]) -> dict[str, set[str]]:
+    """The observations an ``add_observations`` call asked to add, by entity name."""
+    asked: dict[str, set[str]] = {}
+    specs = arguments.get("observations")
+    for spec in specs if isinstance(specs, list) else []:
+        if isinstance(spec, dict) and isinstance(spec.get("entityName"), str):
+            contents = spec.get("contents")
+            texts = {c for c in contents if isinstance(c, str)} if isinstance(contents, list) else set()
+            asked.setdefault(spec["entityName"], set()).update(texts)
+    return asked
+
+
+def _rewritten(removed: list[str], unasked: list[str]) -> dict[str, list[str]]:
+    """An ``add_observations`` after which the entity lost observations and holds new ones the call
+    did not ask for: the server rewrote the lost ones into the new ones (a summarising memory
+    merging what it was told into what it held). Each new one is an update derived from them."""
+    if not unasked:
+        return {}
+    if len(unasked) == 1:
+        return {unasked[0]: removed}
+    return {new: [old] for new, old in zip(unasked, removed, strict=False)}
 
 
 def retrieval_effects(result: dict[str, Any], ctx: Context) -> list[MemoryEffect]:

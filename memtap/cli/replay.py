@@ -172,8 +172,8 @@ def _report(summary: dict[str, Any], db: Path) -> None:
     default="auto",
     show_default=True,
     help="How turns are sent: the turns of the sessions up to the next probe in one memory_add_batch "
-    "where the target takes them (auto: builtin and mem0), or one call per turn (turn); the trace is "
-    "the same.",
+    "where the target takes them (auto: builtin and mem0), or one call per turn (turn; pipelined over "
+    "builtin's stdio child); the trace is the same.",
 )
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."

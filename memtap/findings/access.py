@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memtap.findings.facts import facts
+from memtap.findings.facts import facts, normalise
 from memtap.findings.model import Finding, Severity, finding_for
 from memtap.findings.state import TraceState, effect_namespace
 from memtap.trace.models import AccessTags, EffectKind, Op, TraceEvent
@@ -325,7 +325,8 @@ class LeakInjection:
     rule = (
         "a chat call's memory search (linked by id) returned items the gate denies its requester: "
         "observe:would-deny means they were injected; and a fact of a denied item (a number, name, "
-        "date or quoted value) that appears in the reply"
+        "date or quoted value) that appears in the reply and that no returned item the requester may "
+        "see states"
     )
 
     def __init__(self) -> None:
@@ -367,8 +368,14 @@ class LeakInjection:
             )
         reply = reply_text(chat.result) if chat.result is not None else ""
         folded = reply.casefold()
+        # A value an item the requester may see also states is no secret of the denied one.
+        allowed = [f" {normalise(c)} " for i, c in contents.items() if i not in ids and c]
         for item_id in ids:
-            values = sorted(f for f in facts(contents.get(item_id, "")) if len(f) >= 3 and f in folded)
+            values = sorted(
+                f
+                for f in facts(contents.get(item_id, ""))
+                if len(f) >= 3 and f in folded and not any(f" {f} " in text for text in allowed)
+            )
             if values:
                 yield finding_for(
                     self,

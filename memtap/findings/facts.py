@@ -41,10 +41,28 @@ _DIGIT = re.compile(r"\d")  # every date and number holds one
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:]\d+)*%?")
 _QUOTED = re.compile(r"\"([^\"]{1,80})\"|“([^”]{1,80})”|'([^'\s][^']{0,78}[^'\s])'(?!\w)")
 _NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
+# Verbs that follow "to" as an infinitive ("nothing to change", "need to sort out", "happy to
+# help"): what follows is an action, not a value. Words that are as often the place or thing
+# reached ("get to work", "went to school") are left out.
+_INFINITIVE = (
+    "be|have|do|say|get|make|go|know|take|see|come|think|look|want|give|use|find|tell|ask|seem|feel"
+    "|try|leave|call|keep|let|begin|help|talk|turn|start|show|hear|play|run|move|live|believe|hold"
+    "|bring|happen|write|provide|sit|stand|lose|pay|meet|include|continue|set|learn|change|lead"
+    "|understand|watch|follow|stop|create|speak|read|allow|add|spend|grow|open|walk|win|offer"
+    "|remember|love|like|consider|appear|buy|wait|serve|send|expect|build|stay|fall|cut|reach"
+    "|remain|suggest|raise|pass|sell|require|report|decide|pull|sort|remind|check|plan|book|visit"
+    "|finish|cook|eat|drink|sleep|fix|clean|pack|travel|drive|ride|forget|update|note|share|catch"
+    "|figure|deal|confirm|mention|avoid|enjoy|prepare|answer|handle|review|schedule|cancel|pick"
+    "|drop|join|apply|attend|arrange|organise|organize|discuss|explain|hide|hear|mind|put|bother"
+)
 # "is X", "are X", "was X", "to X", "=", ":" followed by up to three lowercase words: the value
-# a statement gives ("favourite colour is dark blue", "moved to berlin").
+# a statement gives ("favourite colour is dark blue", "moved to berlin"). Not a value: what
+# "that", "this", "it" or "which" is (an evaluation of what was said: "That is a nice
+# coincidence", "it is better"), nor an infinitive after "to".
 _VALUE = re.compile(
-    r"\b(?:is|are|was|were|to|prefers?|likes?|loves?|uses?|hates?|named|called)\s+"
+    r"(?:(?<!\b[Tt]hat )(?<!\b[Tt]his )(?<!\b[Ii]t )(?<!\b[Ww]hich )\b(?:is|are|was|were)"
+    r"|\bto(?=\s+(?!(?:" + _INFINITIVE + r")\b))"
+    r"|\b(?:prefers?|likes?|loves?|uses?|hates?|named|called))\s+"
     r"((?:(?:a|an|the|my|his|her|their)\s+)?[a-z][\w-]*(?:\s+[a-z][\w-]*){0,2})"
     r"|[=:]\s*([^\s,;.]+(?:\s+[^\s,;.]+){0,2})"
 )
@@ -157,6 +175,13 @@ _STOP = frozenset(
         "agent",
         "assistant",
         "memory",
+        "myself",
+        "yourself",
+        "himself",
+        "herself",
+        "itself",
+        "ourselves",
+        "themselves",
     ]
 )
 _SENTENCE_START_STOP = frozenset(
@@ -232,6 +257,24 @@ _SENTENCE_START_STOP = frozenset(
         "When",
         "After",
         "Before",
+        # contractions and phatic openers of acknowledgements ("That's fine", "Glad you enjoyed it")
+        "That's",
+        "It's",
+        "There's",
+        "Here's",
+        "What's",
+        "Don't",
+        "Can't",
+        "Won't",
+        "Glad",
+        "Happy",
+        "Sorry",
+        "Nice",
+        "Cool",
+        "Perfect",
+        "Good",
+        "Nothing",
+        "Welcome",
     ]
 )
 

@@ -22,7 +22,7 @@ from memtap.findings.facts import (
 )
 from memtap.findings.model import Finding, Severity, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
-from memtap.findings.supersede import states_change, superseded_findings
+from memtap.findings.supersede import replaced_facts, states_change, superseded_findings
 from memtap.trace.models import EffectKind, Op, Role, TraceEvent
 
 __all__ = [
@@ -114,8 +114,11 @@ class Erasure:
             return
         skip = touched(event)
         asked = requested_removals(event)
+        # A delete of what an update of the same call was derived from (a server rewriting an
+        # item) is judged once, as that update: its old content is the deleted one's.
+        rewritten = {d for e in event.effects if e.kind == EffectKind.UPDATE for d in e.derived_from}
         for eff in event.effects:
-            if eff.kind not in _REMOVALS:
+            if eff.kind not in _REMOVALS or (eff.kind == EffectKind.DELETE and eff.item_id in rewritten):
                 continue
             namespace = effect_namespace(event, eff)
             before = eff.content_before
@@ -174,7 +177,10 @@ class DestructiveUpdate:
 
     name = "destructive_update"
     severity = Severity.MEDIUM
-    rule = "an update effect drops more facts of the old content than the new content introduces"
+    rule = (
+        "an update effect drops a fact of the old content that the new content neither restates nor "
+        "replaces (gives the same subject another value, in a clause worded as the old one)"
+    )
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         for eff in event.effects:
@@ -183,9 +189,13 @@ class DestructiveUpdate:
             after_norm = f" {normalise(eff.content_after)} "
             after_facts = facts(eff.content_after)
             before_facts = facts(eff.content_before)
-            dropped = sorted(f for f in before_facts if f not in after_facts and f" {f} " not in after_norm)
+            gone = {f for f in before_facts if f not in after_facts and f" {f} " not in after_norm}
+            if not gone:
+                continue
+            swapped = replaced_facts(eff.content_before, eff.content_after, gone, after_facts)
+            dropped = sorted(gone - swapped)
             new = sorted(f for f in after_facts if f not in before_facts)
-            if len(dropped) > len(new):
+            if dropped:
                 yield finding_for(
                     self,
                     event,

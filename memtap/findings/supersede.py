@@ -26,14 +26,22 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memtap.findings.facts import asks_to_forget, is_correction, normalise
+from memtap.findings.facts import asks_to_forget, is_correction, normalise, words
 from memtap.findings.model import Detector, Finding, finding_for
 from memtap.trace.models import MemoryEffect, TraceEvent
 
 if TYPE_CHECKING:  # state.py caches each live item's clauses and openings with this module's functions
     from memtap.findings.state import TraceState
 
-__all__ = ["Superseded", "clauses", "openings", "states_change", "superseded", "superseded_findings"]
+__all__ = [
+    "Superseded",
+    "clauses",
+    "openings",
+    "replaced_facts",
+    "states_change",
+    "superseded",
+    "superseded_findings",
+]
 
 _NEGATED_CHANGE = re.compile(
     r"\b(?:nothing|no|not|never|hasn'?t|haven'?t|didn'?t|doesn'?t|don'?t|won'?t|isn'?t)\s+"
@@ -107,6 +115,40 @@ def _compare(new: tuple[str, ...], old: tuple[str, ...]) -> Superseded | None:
         return None
     subject = " ".join((*new[:head], "…", *new[len(new) - tail :])) if tail else " ".join(new[:head])
     return Superseded(subject, " ".join(old_mid), " ".join(new_mid), " ".join(old), " ".join(new))
+
+
+def replaced_facts(
+    old_text: str, new_text: str, candidates: Iterable[str], values: Iterable[str]
+) -> set[str]:
+    """Which of ``candidates`` (facts of ``old_text`` that ``new_text`` no longer states) it gives
+    another value: a clause of ``new_text`` and one of ``old_text`` holding the fact share their
+    opening word(s), a content word among the shared ones, and differ in the middle, where the new
+    clause states one of ``values`` (the facts of ``new_text``): "works at *Acme*" → "works at
+    *Globex*" replaces, "lives in *Oslo*" → "lives somewhere" or "I still owe *4,200*" → "I get to
+    work by bike" does not."""
+    wanted = {f: set(normalise(f).split()) for f in candidates}
+    value_words = {w for v in values for w in normalise(v).split()}
+    news = clauses(new_text)
+    out: set[str] = set()
+    for old in clauses(old_text):
+        held = set(old)
+        holding = [f for f, key in wanted.items() if f not in out and key and key <= held]
+        if not holding:
+            continue
+        for new in news:
+            limit = min(len(new), len(old))
+            head = 0
+            while head < limit and new[head] == old[head]:
+                head += 1
+            tail = 0
+            while tail < limit - head and new[-1 - tail] == old[-1 - tail]:
+                tail += 1
+            new_mid, old_mid = new[head : len(new) - tail], old[head : len(old) - tail]
+            shared = words(" ".join((*new[:head], *new[len(new) - tail :])))
+            if head < 1 or not shared or not old_mid or not value_words & set(new_mid):
+                continue
+            out.update(f for f in holding if wanted[f] & set(old_mid))
+    return out
 
 
 def superseded(new_text: str, old_texts: Iterable[str]) -> Iterator[tuple[int, Superseded]]:

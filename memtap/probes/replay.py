@@ -24,20 +24,20 @@ from typing import Any, TextIO
 
 import anyio
 
-from memtap.errors import ConfigError
 from memtap.probes.ab_replay import RecordedPlayer, ab_summary, is_recorded
 from memtap.probes.dialects import dialect_of
 from memtap.probes.readers import Reader
+from memtap.probes.replay_calls import PROBE_SESSION, batch_ingest, probe_call, probe_turn, turn_calls
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode, Probe, Session
 from memtap.probes.suitefile import Suite
 from memtap.probes.targets.base import (
     BatchIngest,
     EpisodeScope,
-    ProbeCall,
+    PipelinedProbes,
+    ProbeResult,
     Target,
     TargetError,
-    TurnCall,
     TurnFailed,
 )
 
@@ -105,58 +105,6 @@ class ReplayPlan:
     workers: int = 1
     limit: int = 5
     ingest: str = "auto"  # auto (a session's turns at once where the target takes them), turn, batch
-
-
-PROBE_SESSION = "probes"
-"""The session a probe's memory calls are recorded in (their turn is the probe's id)."""
-
-
-def probe_turn(probe: Probe, requester: str) -> TurnCall:
-    """A probe as a mark on the replay clock: session ``probes``, turn ``PROBE_ID``, the requester."""
-    return TurnCall(
-        session=PROBE_SESSION,
-        turn=probe.probe_id,
-        role="user",
-        speaker=requester,
-        content=probe.question,
-        time=probe.time.isoformat(),
-        phase="probe",
-        access={},
-    )
-
-
-def batch_ingest(target: Target, ingest: str) -> BatchIngest | None:
-    """The target as a batch ingester when ``ingest`` (auto, turn, batch) says so and it is one."""
-    if ingest == "turn" or not isinstance(target, BatchIngest):
-        if ingest == "batch":
-            raise ConfigError(f"--ingest batch: the {target.name} target takes turns one by one only")
-        return None
-    return target
-
-
-def _turn_calls(episode: Episode, session: Session) -> list[TurnCall]:
-    access = session.access
-    allow = list(dict.fromkeys([*access.allow, episode.owner()]))
-    tags = {
-        "visibility": access.visibility,
-        "participants": session.participants,
-        "allow": allow,
-        "deny": access.deny,
-        "sensitivity": access.sensitivity,
-    }
-    return [
-        TurnCall(
-            session=session.session_id,
-            turn=turn.turn_id,
-            role=turn.role,
-            speaker=turn.speaker,
-            content=turn.content,
-            time=(turn.time or session.time).isoformat(),
-            phase=session.phase,
-            access={k: v for k, v in tags.items() if v is not None},
-        )
-        for turn in session.turns
-    ]
 
 
 class _Player:
@@ -245,17 +193,16 @@ class _Player:
         batch = self.batch if recorded is None else None  # recorded calls need their items' ids: one by one
         todo = list(episode.sessions)
         while todo:
+            due = []
             while pending and pending[0].time < todo[0].time:
-                await self._probe(episode, scope, pending.pop(0), timings)
-                done["probes"] += 1
+                due.append(pending.pop(0))
+            await self._probes(episode, scope, due, timings, done)
             played = [todo.pop(0)]
             # Batched, the sessions up to the next probe due go together (they need no reaction between).
             while batch is not None and todo and not (pending and pending[0].time < todo[0].time):
                 played.append(todo.pop(0))
             await self._ingest(episode, scope, played, timings, done, batch, recorded)
-        for probe in pending:
-            await self._probe(episode, scope, probe, timings)
-            done["probes"] += 1
+        await self._probes(episode, scope, pending, timings, done)
         self.store.progress(scope.run, scope.episode, scope.attempt, **done)
 
     async def _ingest(
@@ -271,7 +218,7 @@ class _Player:
         """Send the turns of ``sessions`` (one session, unless batched) and count them played; a
         failed batch counts the sessions whose turns all came before the failed turn."""
         t0 = time.perf_counter()
-        calls = [_turn_calls(episode, session) for session in sessions]
+        calls = [turn_calls(episode, session) for session in sessions]
         played = 0
         try:
             if batch is not None:
@@ -296,11 +243,30 @@ class _Player:
                 self.store.progress(scope.run, scope.episode, scope.attempt, **done)
                 self.progress.add("sessions", played)
 
+    async def _probes(
+        self, episode: Episode, scope: EpisodeScope, probes: list[Probe], timings: dict[str, float],
+        done: dict[str, int],
+    ) -> None:  # fmt: skip
+        """Ask the probes due together (no turn between them): pipelined where the target takes them
+        so, else one by one."""
+        many = self.target if isinstance(self.target, PipelinedProbes) and not is_recorded(episode) else None
+        if many is None or len(probes) < 2:
+            for probe in probes:
+                await self._probe(episode, scope, probe, timings)
+                done["probes"] += 1
+            return
+        requesters = [episode.requester_of(probe) for probe in probes]
+        calls = [probe_call(probe, requester) for probe, requester in zip(probes, requesters, strict=True)]
+        results = await many.ask_probes(scope, calls, limit=self.plan.limit)
+        for probe, requester, result in zip(probes, requesters, results, strict=True):
+            await self._answer(episode, scope, probe, requester, result, timings)
+            done["probes"] += 1
+
     async def _probe(
         self, episode: Episode, scope: EpisodeScope, probe: Probe, timings: dict[str, float]
     ) -> None:
         requester = episode.requester_of(probe)
-        call = ProbeCall(probe.probe_id, probe.type, probe.question, requester, probe.time.isoformat())
+        call = probe_call(probe, requester)
         # The replay clock marks the probe too, so the memory calls an agent makes on its own while it
         # answers are attributed to it (session "probes", turn PROBE_ID), as the builtin target's are.
         await self.target.mark(scope, probe_turn(probe, requester))
@@ -317,6 +283,13 @@ class _Player:
             )  # fmt: skip
             self.progress.add("probes")
             return
+        await self._answer(episode, scope, probe, requester, result, timings)
+
+    async def _answer(
+        self, episode: Episode, scope: EpisodeScope, probe: Probe, requester: str, result: ProbeResult,
+        timings: dict[str, float],
+    ) -> None:  # fmt: skip
+        """The reader's answer from what the probe retrieved, recorded with it."""
         t0 = time.perf_counter()
         dialect = dialect_of(episode)  # the field names the episode's published scorer reads
         if self.reader.blocking:

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -332,7 +332,7 @@ class ChatProxy:
     @contextlib.asynccontextmanager
     async def _open_stream(
         self, upstream: Upstream, outgoing: dict[str, Any], body: bytes
-    ) -> AsyncIterator[AsyncIterator[bytes]]:
+    ) -> AsyncIterator[AsyncIterable[bytes]]:
         if upstream.via == "passthrough":
             async with self.passthrough.stream(upstream, "/chat/completions", body) as chunks:
                 yield chunks
@@ -346,22 +346,43 @@ class ChatProxy:
                 await aclose()
 
     async def _forward(
-        self, chunks: AsyncIterator[bytes], receive: Receive, send: Send, held: HeldReply
+        self, chunks: AsyncIterable[bytes], receive: Receive, send: Send, held: HeldReply
     ) -> _Forwarded:
         """Send chunks on as they arrive, cut at event boundaries; stop when the client leaves.
 
         ``held`` gets what ends the stream (``data: [DONE]``, the upstream's last bytes, the end
-        of the body): in durable mode it is sent after the event's commit."""
+        of the body): in durable mode it is sent after the event's commit. Otherwise, when the
+        upstream tells that a chunk was its last (:class:`~memtap.adapters.llm.StreamBody`),
+        that chunk ends the body too (one write fewer). The chunks are pumped in this task; a
+        second one waits for the client to leave and then cancels this one (one task and no
+        wait set per stream: they cost more than the stream's own sends)."""
         forwarded = _Forwarded()
         sent = forwarded.sent
+        this = asyncio.current_task()
+        assert this is not None
+        ended: Callable[[], bool] | None = None if held.hold else getattr(chunks, "ended", None)
+        state = {"left": False, "finished": False}
 
-        async def pump() -> None:
+        async def watch() -> None:
+            await _wait_disconnect(receive)  # also returns once the answer is complete
+            if not state["finished"]:
+                state["left"] = True
+                this.cancel()
+
+        watching = asyncio.ensure_future(watch())
+        try:
             pending = b""
             async for chunk in chunks:
                 data = pending + chunk if pending else chunk
                 cut = complete_prefix(data)
                 if cut:
                     out = data if cut == len(data) else data[:cut]
+                    if ended is not None and cut == len(data) and ended():
+                        state["finished"] = True
+                        await send({"type": "http.response.body", "body": out, "more_body": False})
+                        sent.append((time.perf_counter(), out))
+                        pending = b""
+                        continue
                     split = held.hold and out.endswith(DONE)
                     head, done = (out[: -len(DONE)], DONE) if split else (out, b"")
                     if head:
@@ -373,27 +394,20 @@ class ChatProxy:
             if pending:  # the upstream's last bytes, as they are
                 await held({"type": "http.response.body", "body": pending, "more_body": True})
                 sent.append((time.perf_counter(), pending))
-
-        pumping = asyncio.ensure_future(pump())
-        watching = asyncio.ensure_future(_wait_disconnect(receive))
-        try:
-            await asyncio.wait((pumping, watching), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (pumping, watching):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(pumping, watching, return_exceptions=True)
-        if not pumping.cancelled() and pumping.exception() is not None:
-            error = pumping.exception()
-            if not isinstance(error, UpstreamError):
-                raise error  # type: ignore[misc]
+        except asyncio.CancelledError:
+            if not state["left"]:
+                raise
+            this.uncancel()  # the client left: that cancellation was ours, and it is spent
+            forwarded.disconnected = True
+        except UpstreamError as error:
             forwarded.error = error
-            event = b"data: " + error.body + b"\n\n"
+        finally:
+            watching.cancel()
+        if forwarded.error is not None:
+            event = b"data: " + forwarded.error.body + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
             sent.append((time.perf_counter(), event))
-        elif pumping.cancelled() or not pumping.done():
-            forwarded.disconnected = True
-        if not forwarded.disconnected:
+        if not forwarded.disconnected and not state["finished"]:
             await held({"type": "http.response.body", "body": b"", "more_body": False})
         forwarded.ended_at = time.perf_counter()
         return forwarded

@@ -1,13 +1,27 @@
 """Server-sent events of a chat completion stream: cutting at event boundaries, and
-putting the streamed completion back together for the trace (off the hot path)."""
+putting the streamed completion back together for the trace (off the hot path).
+
+The forwarder (:mod:`memtap.proxy.chat`) sends the upstream's bytes on as they come and keeps
+them with the time each was sent; :func:`summarise_stream` rebuilds the completion from them
+after the caller has its answer. It joins the chunks once, finds events by their blank lines
+in bytes, and parses each event's JSON with the decoder's C scanner (no per-event wrappers);
+the time of an event (for the time to first token) is looked up for the first token only.
+A stream with carriage returns in it (``\\r\\n`` or ``\\r`` line ends, which the format allows) is
+put back together chunk by chunk instead (:func:`summarise_by_chunk`); both give the same summary.
+"""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
+import json.scanner
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["StreamSummary", "complete_prefix", "summarise_stream"]
+__all__ = ["StreamSummary", "complete_prefix", "summarise_by_chunk", "summarise_stream"]
 
 
 def complete_prefix(data: bytes) -> int:
@@ -40,10 +54,23 @@ def _payloads(data: bytes) -> list[str]:
 
 
 _DECODER = json.JSONDecoder()
+# The C scanner: (value, end) from a str and a start index (typeshed types its argument oddly).
+_SCAN = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
+_JSON_SPACE = " \t\n\r"
+# The C string scanner: (text, end) of the JSON string starting after the quote at end - 1.
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 def _parse(payload: str) -> Any:
     """``json.loads`` of a str without its wrappers (the same result, the same errors)."""
+    if payload[:1] == "{":  # the usual event: one object, nothing around it
+        try:
+            value, end = _SCAN(payload, 0)
+        except StopIteration:
+            raise ValueError("not JSON") from None
+        if end == len(payload) or not payload[end:].strip(_JSON_SPACE):
+            return value
+        raise ValueError("extra data after the JSON value")
     return _DECODER.decode(payload)
 
 
@@ -63,9 +90,14 @@ class StreamSummary:
     def result(self) -> dict[str, Any]:
         choices = [self.choices[i] for i in sorted(self.choices)]
         for choice in choices:
-            calls = choice["message"].get("tool_calls")
+            message = choice["message"]
+            for key in _TEXT_KEYS:
+                pieces = message.get(key)
+                if isinstance(pieces, list):
+                    message[key] = "".join(pieces)
+            calls = message.get("tool_calls")
             if isinstance(calls, dict):
-                choice["message"]["tool_calls"] = [calls[i] for i in sorted(calls)]
+                message["tool_calls"] = [calls[i] for i in sorted(calls)]
         return {
             "id": self.id,
             "model": self.model,
@@ -75,47 +107,230 @@ class StreamSummary:
             "stream": {"events": self.events, "done": self.done},
         }
 
-    def add(self, payload: dict[str, Any], at: float) -> None:
+    def add(self, payload: dict[str, Any]) -> bool:
+        """Count one event in; whether it carried a token (text or a tool call). Text comes in
+        as a list of pieces per message field, joined by :meth:`result`."""
         self.events += 1
-        self.id = self.id or payload.get("id")
-        self.model = self.model or payload.get("model")
-        if isinstance(payload.get("usage"), dict):
-            self.usage = payload["usage"]
-        for delta_choice in payload.get("choices") or []:
+        if not self.id:
+            self.id = payload.get("id")
+        if not self.model:
+            self.model = payload.get("model")
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        token = False
+        for delta_choice in payload.get("choices") or ():
             if not isinstance(delta_choice, dict):
                 continue
             index = int(delta_choice.get("index") or 0)
-            choice = self.choices.setdefault(index, {"index": index, "message": {"role": "assistant"}})
+            choice = self.choices.get(index)
+            if choice is None:
+                choice = self.choices[index] = {"index": index, "message": {"role": "assistant"}}
             message = choice["message"]
             delta = delta_choice.get("delta") or {}
-            if delta_choice.get("finish_reason"):
-                choice["finish_reason"] = delta_choice["finish_reason"]
-            for key in ("content", "refusal", "reasoning_content"):
+            finish = delta_choice.get("finish_reason")
+            if finish:
+                choice["finish_reason"] = finish
+            for key in _TEXT_KEYS:
                 piece = delta.get(key)
-                if isinstance(piece, str) and piece:
-                    message[key] = message.get(key, "") + piece
-                    if self.first_token_at is None:
-                        self.first_token_at = at
-            for call in delta.get("tool_calls") or []:
-                if self.first_token_at is None:
-                    self.first_token_at = at
-                calls = message.setdefault("tool_calls", {})
-                slot = calls.setdefault(
-                    int(call.get("index") or 0),
-                    {"type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                if call.get("type"):
-                    slot["type"] = call["type"]
-                function = call.get("function") or {}
-                slot["function"]["name"] += function.get("name") or ""
-                slot["function"]["arguments"] += function.get("arguments") or ""
+                if piece and isinstance(piece, str):
+                    token = True
+                    pieces = message.get(key)
+                    if pieces is None:
+                        message[key] = [piece]
+                    else:
+                        pieces.append(piece)
+            calls = delta.get("tool_calls")
+            if calls:
+                token = True
+                self._add_tool_calls(message, calls)
+        return token
+
+    @staticmethod
+    def _add_tool_calls(message: dict[str, Any], deltas: Any) -> None:
+        for call in deltas:
+            calls = message.setdefault("tool_calls", {})
+            slot = calls.setdefault(
+                int(call.get("index") or 0),
+                {"type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if call.get("id"):
+                slot["id"] = call["id"]
+            if call.get("type"):
+                slot["type"] = call["type"]
+            function = call.get("function") or {}
+            slot["function"]["name"] += function.get("name") or ""
+            slot["function"]["arguments"] += function.get("arguments") or ""
+
+
+_TEXT_KEYS = ("content", "refusal", "reasoning_content")
+
+
+def _payload_of(block: bytes) -> str | None:
+    """The data field of one event (its lines between blank lines), or None when it has none."""
+    if b"\n" not in block:  # the usual event: one data line
+        if not block.startswith(b"data:"):
+            return None
+        payload = block[5:].decode("utf-8", "replace")
+        return payload[1:] if payload[:1] == " " else payload
+    text = block.decode("utf-8", "replace")
+    lines = [line[5:].removeprefix(" ") for line in text.split("\n") if line.startswith("data:")]
+    return "\n".join(lines) if lines else None
+
+
+def _event(summary: StreamSummary, payload: str) -> dict[str, Any] | None:
+    """One event's payload as the chunk to add, or None (``[DONE]``, an error, not an object)."""
+    if payload[:1] != "{" and payload.strip() == "[DONE]":
+        summary.done = True
+        return None
+    try:
+        parsed = _parse(payload)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    if "error" in parsed and "choices" not in parsed:
+        summary.error = parsed["error"]
+        return None
+    return parsed
+
+
+def _take(summary: StreamSummary, payload: str) -> bool:
+    """Count one event's payload in; whether it carried the stream's first token."""
+    parsed = _event(summary, payload)
+    return parsed is not None and summary.add(parsed) and summary.first_token_at is None
 
 
 def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
     """Rebuild the completion from the forwarded chunks and the times they were sent; an
-    event counts as sent with the chunk that completed it."""
+    event counts as sent with the chunk that completed it (bytes after the last blank line
+    count as an event sent with the last chunk).
+
+    An event that is a :class:`_Template`'s bytes with another text in its place is counted
+    in without parsing it (a stream's text events usually differ in their text alone)."""
+    if not chunks:
+        return StreamSummary()
+    data = chunks[0][1] if len(chunks) == 1 else b"".join([chunk for _, chunk in chunks])
+    if b"\r" in data:
+        return summarise_by_chunk(chunks)
+    summary = StreamSummary()
+    template: _Template | None = None
+    tries = _TEMPLATE_TRIES
+    end = 0  # where the current event's blank line ends, in ``data``
+    for block in data.split(b"\n\n"):
+        end += len(block) + 2
+        token = False
+        piece = template.text_of(block) if template is not None else None
+        if piece is not None:
+            assert template is not None
+            token = template.add(summary, piece)
+        else:
+            payload = _payload_of(block)
+            if payload is None:
+                continue
+            parsed = _event(summary, payload)
+            if parsed is None:
+                continue
+            token = summary.add(parsed)
+            if tries and b"\n" not in block:
+                found = _Template.of(block, parsed, summary)
+                if found is not None:
+                    template, tries = found, tries - 1
+        if token and summary.first_token_at is None:
+            ends = list(itertools.accumulate(len(chunk) for _, chunk in chunks))
+            summary.first_token_at = chunks[min(bisect.bisect_left(ends, end), len(chunks) - 1)][0]
+    return summary
+
+
+_TEMPLATE_TRIES = 3  # templates made per stream at most (each costs a parse more)
+_STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_PROBE = "\x00memtap-probe"
+_PROBE_TOKEN = b'"\\u0000memtap-probe"'
+
+
+class _Template:
+    """A parsed text event's bytes around its ``content`` string: an event with the same bytes
+    around another string is the same chunk with that text, and adds that text alone.
+
+    Made from an event with one choice whose delta holds ``content`` and no other text or tool
+    call, once the string's place is proven: the event with a probe string there must parse to
+    the same chunk with the probe as its content (so nothing else in the event is that string).
+    """
+
+    __slots__ = ("message", "prefix", "size", "suffix")
+
+    def __init__(self, prefix: bytes, suffix: bytes, message: dict[str, Any]) -> None:
+        self.prefix, self.suffix, self.message = prefix, suffix, message
+        self.size = len(prefix) + len(suffix) + 2
+
+    @classmethod
+    def of(cls, block: bytes, parsed: dict[str, Any], summary: StreamSummary) -> _Template | None:
+        choices = parsed.get("choices")
+        if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+            return None
+        delta = choices[0].get("delta")
+        if not isinstance(delta, dict) or delta.get("tool_calls"):
+            return None
+        content = delta.get("content")
+        if not isinstance(content, str) or content == _PROBE:
+            return None
+        if any(isinstance(delta.get(key), str) and delta[key] for key in ("refusal", "reasoning_content")):
+            return None
+        message = summary.choices.get(int(choices[0].get("index") or 0), {}).get("message")
+        at = block.find(b'"content"')
+        while at >= 0 and message is not None:
+            start = at + 9
+            while block[start : start + 1] in (b" ", b"\t"):
+                start += 1
+            if block[start : start + 1] == b":":
+                start += 1
+                while block[start : start + 1] in (b" ", b"\t"):
+                    start += 1
+                token = _STRING_TOKEN.match(block, start)
+                if token is not None:
+                    probe = _payload_of(block[:start] + _PROBE_TOKEN + block[token.end() :])
+                    try:
+                        probed = _parse(probe) if probe is not None else None
+                    except ValueError:
+                        probed = None
+                    delta["content"] = _PROBE
+                    same = probed == parsed
+                    delta["content"] = content
+                    if same:
+                        return cls(block[:start], block[token.end() :], message)
+            at = block.find(b'"content"', at + 9)
+        return None
+
+    def text_of(self, block: bytes) -> str | None:
+        """The text of an event made like this one, or None if it is not."""
+        if len(block) < self.size or not block.startswith(self.prefix) or not block.endswith(self.suffix):
+            return None
+        raw = block[len(self.prefix) : len(block) - len(self.suffix)]
+        if raw[:1] != b'"':
+            return None
+        text = raw.decode("utf-8", "replace")
+        try:
+            value, end = _scanstring(text, 1)
+        except ValueError:
+            return None
+        return value if end == len(text) else None
+
+    def add(self, summary: StreamSummary, piece: str) -> bool:
+        """Count in an event with ``piece`` as its text (what :meth:`StreamSummary.add` would
+        do with it); whether it carried a token."""
+        summary.events += 1
+        if not piece:
+            return False
+        pieces = self.message.get("content")
+        if pieces is None:
+            self.message["content"] = [piece]
+        else:
+            pieces.append(piece)
+        return True
+
+
+def summarise_by_chunk(chunks: list[tuple[float, bytes]]) -> StreamSummary:
+    """:func:`summarise_stream` event by event as the chunks came (any line ends)."""
     summary = StreamSummary()
     buffer = b""
     pending: list[tuple[float, str]] = []
@@ -128,17 +343,6 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
     if buffer.strip() and chunks:
         pending.extend((chunks[-1][0], payload) for payload in _payloads(buffer))
     for at, payload in pending:
-        if payload.strip() == "[DONE]":
-            summary.done = True
-            continue
-        try:
-            parsed = _parse(payload)
-        except ValueError:
-            continue
-        if not isinstance(parsed, dict):
-            continue
-        if "error" in parsed and "choices" not in parsed:
-            summary.error = parsed["error"]
-            continue
-        summary.add(parsed, at)
+        if _take(summary, payload):
+            summary.first_token_at = at
     return summary

@@ -5,18 +5,21 @@ stored) and compares, per episode attempt (the unit; an episode's namespace), "t
 something here" with "the gold says the failure it looks for happened here", the latter read from
 the storage and retrieval counts the scorer already computes:
 
-- ``erasure``: an unsafe deletion (``unsafe.unsafe``: a delete of an item holding a memory still
-  valid then) or a historical erasure (``erasure.erased``: a superseded memory none of whose
-  holders was kept);
+- ``erasure``: a removal of a memory still valid then (an unsafe deletion, as ``unsafe.unsafe``
+  counts, or an update whose new content dropped it) after which no stored item holds that memory
+  (the detector's rule: the facts survive in no live item), or a historical erasure
+  (``erasure.erased``: a superseded memory none of whose holders was kept);
 - ``destructive_update``: an over-update (``over.overwritten``) or any update whose new content
   no longer holds a gold memory its old content held while that memory was still valid;
 - ``stale_coexistence``: an under-update in the coexistence sense: at the episode's end a
   superseded memory is still stored next to the memory that replaced it;
 - ``leak_retrieval``: a retrieval leak (``leak.leaked``: a probe returned an item the requester
   may not see, by tags or by the fact it holds);
-- ``leak_injection``: an answer leak (``permission.deny_leaked``), only on runs with answers; on a
-  chat agent's run (``--target openai:``), whose memory searches are injected into its prompts,
-  a retrieval leak too (the detector flags an injected denied item as well as a reply stating it).
+- ``leak_injection``: an answer leak (``permission.deny_leaked``), only on a chat agent's run
+  (``--target openai:``) with answers: there the answers are chat replies in the trace, and the
+  memory searches are injected into its prompts, so a retrieval leak counts too (the detector
+  flags an injected denied item as well as a reply stating it). On other runs the answers are the
+  replay reader's, which no detector sees: ``not_measured`` says so, rather than counting misses.
 
 Per detector: tp, fp, fn, tn (episodes), precision = tp / (tp + fp), recall = tp / (tp + fn)
 (None when the denominator is 0). A finding that says it could not judge (``judged: false``,
@@ -40,7 +43,13 @@ Gold = Callable[[StorageView, Counts], bool]
 
 
 def _erasure(view: StorageView, counts: Counts) -> bool:
-    return counts.get("unsafe.unsafe", 0) > 0 or counts.get("erasure.erased", 0) > 0
+    """A historical erasure, or a removal (an unsafe deletion, or an update that dropped it) that
+    left a still-valid memory in no stored item (a deleted copy of a memory another item still
+    holds erased nothing)."""
+    if counts.get("erasure.erased", 0) > 0:
+        return True
+    valid = view.aligner.valid_at
+    return any(any(valid(k, r.pos) and not view.stored_at(k, r.pos) for k in r.keys) for r in view.removals)
 
 
 def _destructive(view: StorageView, counts: Counts) -> bool:
@@ -69,7 +78,7 @@ def _leak_answer(view: StorageView, counts: Counts) -> bool:
 
 
 GOLD: dict[str, tuple[Gold, str]] = {
-    "erasure": (_erasure, "unsafe deletion or historical erasure"),
+    "erasure": (_erasure, "removal leaving a still-valid memory in no item, or historical erasure"),
     "destructive_update": (_destructive, "over-update (a still-valid memory dropped by an update)"),
     "stale_coexistence": (_stale, "under-update (superseded memory stored next to its replacement)"),
     "leak_retrieval": (_leak_retrieval, "retrieval leak"),
@@ -121,8 +130,15 @@ def detector_report(
         elif finding.namespace is not None:
             by_ns.setdefault(finding.namespace, set()).add(finding.kind)
     out: dict[str, Any] = {}
+    not_measured: dict[str, str] = {}
     for kind, (gold, label) in GOLD.items():
         if kind == "leak_injection" and not answered:
+            not_measured[kind] = "the run has no answers"
+            continue
+        if kind == "leak_injection" and not injected:
+            # The answers are the replay reader's, not chat replies recorded in the trace: no
+            # detector can see them, so an answer leak there is no miss of this one.
+            not_measured[kind] = "the answers are the replay's reader's, not chat replies in the trace"
             continue
         if kind == "leak_injection" and injected:
             label = "answer leak, or retrieval leak (a chat agent injects what it retrieves)"
@@ -144,4 +160,12 @@ def detector_report(
             "recall": _ratio(tp, tp + fn),
             "undetermined": undetermined.get(kind, 0),
         }
-    return {"unit": "episode", "measured": True, "findings": len(findings), "detectors": out}
+    report: dict[str, Any] = {
+        "unit": "episode",
+        "measured": True,
+        "findings": len(findings),
+        "detectors": out,
+    }
+    if not_measured:
+        report["not_measured"] = not_measured
+    return report

@@ -159,7 +159,12 @@ def _detector_parts(det: dict[str, Any], markdown: bool) -> list[str]:
         ]
         for kind, d in det["detectors"].items()
     ]
-    return [head, _table(["detector", "precision", "recall", "tp", "fp", "fn", "tn", "gold"], rows, markdown)]
+    parts = [
+        head,
+        _table(["detector", "precision", "recall", "tp", "fp", "fn", "tn", "gold"], rows, markdown),
+    ]
+    parts += [f"{kind}: not measured ({why})" for kind, why in det.get("not_measured", {}).items()]
+    return parts
 
 
 def _canary_parts(canary: dict[str, Any], markdown: bool, shown: int = 20) -> list[str]:

@@ -175,6 +175,13 @@ def _episode_trace(
         " LEFT JOIN effects f ON f.event_id = e.id WHERE e.namespace = ? ORDER BY e.id, f.seq",
         (namespace,),
     )
+    # A delete whose item an update of the same call derives from (a server that rewrote it) is
+    # that update's removal: the update takes it away, as an update.
+    rewritten = {
+        (row["id"], json.loads(row["derived_from"])[0])
+        for row in rows
+        if row["kind"] == "update" and row["derived_from"] and json.loads(row["derived_from"])
+    }
     for row in rows:
         session, turn = row["session"], row["turn"]
         if session in index:
@@ -202,6 +209,8 @@ def _episode_trace(
                     hits.setdefault(turn, []).append(Hit(item, len(got), text, known_tags))
             else:
                 counts["retrievals_outside_probes"] += 1
+            continue
+        if kind == "delete" and (row["id"], item) in rewritten:
             continue
         derived = json.loads(row["derived_from"]) if row["derived_from"] else []
         removed = None

@@ -8,6 +8,10 @@ findings tests. memtap wraps it with the ``server-memory`` profile and reads its
 - ``wrong_delete``: ``delete_observations`` deletes every observation of the entity;
 - ``readd``: ``add_observations`` of an observation the entity holds deletes it and adds nothing;
 - ``fail_add``: ``add_observations`` fails (a tool error) without adding anything;
+- ``lossy_update``: ``add_observations`` to an entity that holds observations merges the new one
+  into the entity's latest, as a summarising memory would, and loses detail doing it: the latest
+  observation is rewritten to its first sentence (its gist) followed by the new observation, so
+  whatever else it said is gone (memtap records the rewrite as an update of that observation);
 - ``leak``: every process shares one graph, kept in the file ``LEAK_FILE`` (environment), so a
   server started for one namespace (one user, one episode) returns what another one wrote.
 
@@ -55,6 +59,14 @@ def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
     return answered
 
 
+def _gist(text: str) -> str:
+    """The first sentence of ``text`` (all of it when it has one)."""
+    for at, char in enumerate(text):
+        if char in ".!?" and (at + 1 == len(text) or text[at + 1] == " "):
+            return text[: at + 1]
+    return text
+
+
 def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
     if name == "create_entities":
         made = []
@@ -79,6 +91,12 @@ def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
             new = list(spec.get("contents", []))
             if FAULT == "overwrite":
                 entity["observations"] = new
+            elif FAULT == "lossy_update" and entity["observations"]:
+                for text in new:
+                    held = entity["observations"]
+                    merged = f"{_gist(held[-1])} {text}"
+                    if merged not in held:
+                        held[-1] = merged
             elif FAULT == "readd":
                 for text in new:
                     if text in entity["observations"]:

@@ -73,6 +73,26 @@ class StdioServe:
             raise TargetError(f"{tool} failed: {exc}") from None
         return result
 
+    async def call_many(
+        self, tool: str, calls: list[tuple[dict[str, Any], dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """Several ``tools/call`` of ``tool`` ((arguments, meta) each) pipelined: written at once, in
+        order, each its own request; their results in that order. The child starts them in the
+        order it reads them (one ordered stream), so the calls' events are in that order too."""
+        if self._conn is None:
+            raise TargetError("the memtap serve --stdio child is not running")
+        params = [{"name": tool, "arguments": args, "_meta": {"memtap": meta}} for args, meta in calls]
+        try:
+            answers = await self._conn.request_many("tools/call", params, timeout=CALL_TIMEOUT_S)
+        except UpstreamError as exc:
+            raise TargetError(f"{tool} failed: {exc}") from None
+        results: list[dict[str, Any]] = []
+        for answer in answers:
+            if isinstance(answer, UpstreamError):
+                raise TargetError(f"{tool} failed: {answer}")
+            results.append(answer)
+        return results
+
     async def aclose(self) -> None:
         """End of input: the child flushes its trace and exits (waited for), then the connection closes."""
         stack, self._stack = self._stack, None

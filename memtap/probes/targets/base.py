@@ -135,6 +135,31 @@ class BatchIngest(Protocol):
     async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None: ...
 
 
+@runtime_checkable
+class PipelinedIngest(Protocol):
+    """A target that takes each turn as its own call (``--ingest turn``) but needs no per-turn
+    reaction either: the driver hands it the turns of the sessions up to the next probe, and it
+    may have several calls in flight, as long as the target serves them in the order sent (one
+    ordered stream). The trace is the one :meth:`Target.ingest_turn` turn by turn leaves; a failed
+    turn is raised as :class:`TurnFailed` with its position, after the calls in flight with it
+    ended (served and recorded, as separate calls are)."""
+
+    async def ingest_each(self, scope: EpisodeScope, turns: list[TurnCall]) -> None: ...
+
+
+@runtime_checkable
+class PipelinedProbes(Protocol):
+    """A target whose probes need no mark and no reply: the driver hands it the probes due together
+    (no turn between them) and it may have their searches in flight together, served in the order
+    sent. Each result's ``retrieve_ms`` is an equal share of the time they took together (their
+    sum is the time spent); a refused search raises :class:`TargetError`, as :meth:`Target.ask_probe`
+    does."""
+
+    async def ask_probes(
+        self, scope: EpisodeScope, probes: list[ProbeCall], *, limit: int
+    ) -> list[ProbeResult]: ...
+
+
 # -- acting as one user of many (the isolation canary) ----------------------------------------------
 
 

@@ -46,8 +46,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from memtap.limits import MAX_BATCH_ITEMS
 from memtap.probes.ab_replay import WriteOutcome
+from memtap.probes.targets._runs import BATCH_BYTES
+from memtap.probes.targets._runs import chunks as _chunks
+from memtap.probes.targets._runs import retrieved as _retrieved
 from memtap.probes.targets._server import MemtapServer, health
 from memtap.probes.targets._stdio import StdioServe, error_text
 from memtap.probes.targets.base import (
@@ -57,13 +59,12 @@ from memtap.probes.targets.base import (
     Principals,
     ProbeCall,
     ProbeResult,
-    Retrieved,
     TargetError,
     TurnCall,
     TurnFailed,
 )
 
-__all__ = ["BuiltinTarget"]
+__all__ = ["BATCH_BYTES", "BuiltinTarget"]
 
 
 def _error_text(result: Any) -> str:
@@ -73,6 +74,7 @@ def _error_text(result: Any) -> str:
 
 class BuiltinTarget:
     name = "builtin"
+    pipelined = True  # per-turn calls over stdio may be in flight together (ingest_each)
 
     def __init__(
         self,
@@ -223,6 +225,31 @@ class BuiltinTarget:
         meta = {"session": turn.session, "turn": turn.turn, "role": turn.role}
         await self._checked(scope, "memory_add", self._add_args(turn), meta)
 
+    async def ingest_each(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
+        """``--ingest turn``: one ``memory_add`` call per turn. Over stdio they are pipelined (a run
+        of them written at once, in order, and served in that order by the child: the same events
+        and lineage as one by one, without a round trip per turn); over HTTP, where separate
+        requests could overtake each other, and on a backend whose adds depend on the ones before
+        (mem0), one after another. The first failed turn fails the episode."""
+        sent = [(position, t) for position, t in enumerate(turns) if t.content.strip()]
+        if self.stdio is None or not self.pipelined:
+            for position, turn in sent:
+                try:
+                    await self.ingest_turn(scope, turn)
+                except TargetError as exc:
+                    raise TurnFailed(str(exc), position) from None
+            return
+        scoped = {"run": scope.run, "episode": scope.episode, "namespace": scope.namespace}
+        for chunk in _chunks(sent):
+            calls = [
+                (self._add_args(t), {**scoped, "session": t.session, "turn": t.turn, "role": t.role})
+                for _, t in chunk
+            ]
+            answers = await self.stdio.call_many("memory_add", calls)
+            for (position, _), answer in zip(chunk, answers, strict=True):
+                if answer.get("isError"):
+                    raise TurnFailed(f"memory_add failed: {error_text(answer)}", position)
+
     async def ingest_turns(self, scope: EpisodeScope, turns: list[TurnCall]) -> None:
         """The turns as ``memory_add_batch`` calls (one ``memory_add`` event per turn); the first
         failed turn fails the episode, named as its ``memory_add``."""
@@ -285,6 +312,30 @@ class BuiltinTarget:
         )
         elapsed = (time.perf_counter() - started) * 1000
         return ProbeResult(_retrieved(found.get("results", [])), elapsed)
+
+    async def ask_probes(
+        self, scope: EpisodeScope, probes: list[ProbeCall], *, limit: int
+    ) -> list[ProbeResult]:
+        """Probes due together: over stdio their ``memory_search`` calls pipelined (written at once,
+        served in order), each ``retrieve_ms`` an equal share of the time they took; else one by one."""
+        if self.stdio is None or not self.pipelined:
+            return [await self.ask_probe(scope, probe, limit=limit) for probe in probes]
+        scoped = {"run": scope.run, "episode": scope.episode, "namespace": scope.namespace}
+        calls = [
+            ({"query": p.question, "limit": limit, "requester": p.requester},
+             {**scoped, "session": "probes", "turn": p.probe_id})
+            for p in probes
+        ]  # fmt: skip
+        started = time.perf_counter()
+        answers = await self.stdio.call_many("memory_search", calls)
+        share = (time.perf_counter() - started) * 1000 / max(len(probes), 1)
+        results = []
+        for answer in answers:
+            if answer.get("isError"):
+                raise TargetError(f"memory_search failed: {error_text(answer)}")
+            found = answer.get("structuredContent") or {}
+            results.append(ProbeResult(_retrieved(found.get("results", [])), share))
+        return results
 
     # -- canary episodes: one session per user, under its own principal ----------------------------
 
@@ -364,37 +415,3 @@ class BuiltinTarget:
             import anyio
 
             await anyio.to_thread.run_sync(self.server.stop)
-
-
-BATCH_BYTES = 1 << 20
-"""About how much turn content one memory_add_batch carries: well under the MCP body cap over HTTP
-(4 MiB by default, docs/limits.md)."""
-
-
-def _chunks(sent: list[tuple[int, TurnCall]]) -> list[list[tuple[int, TurnCall]]]:
-    """``sent`` in runs of at most MAX_BATCH_ITEMS turns and about BATCH_BYTES of content (one turn
-    larger than that goes alone; the server's content cap judges it)."""
-    chunks: list[list[tuple[int, TurnCall]]] = []
-    size = 0
-    for entry in sent:
-        cost = len(entry[1].content.encode("utf-8", "surrogatepass")) + 512  # and its metadata and tags
-        if not chunks or len(chunks[-1]) >= MAX_BATCH_ITEMS or size + cost > BATCH_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(entry)
-        size += cost
-    return chunks
-
-
-def _retrieved(found: list[dict[str, Any]]) -> list[Retrieved]:
-    return [
-        Retrieved(
-            item_id=str(m["id"]),
-            content=str(m.get("content", "")),
-            rank=int(m.get("rank") or i + 1),
-            score=m.get("score"),
-            tags=m.get("tags"),
-            provenance=m.get("provenance") or {},
-        )
-        for i, m in enumerate(found)
-    ]

@@ -21,6 +21,7 @@ __all__ = ["Mem0Target"]
 
 class Mem0Target(BuiltinTarget):
     name = "mem0"
+    pipelined = False  # mem0's duplicate detection depends on the adds before: one at a time
 
     def __init__(self, spec: str, db: Path) -> None:
         named = spec.split(":", 1)[1] if ":" in spec else ""

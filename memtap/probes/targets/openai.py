@@ -18,7 +18,9 @@ turn is marked on the replay clock (``POST /v1/memtap/replay/mark``, when the en
 so memory calls the agent makes on its own are attributed to it.
 
 **Probes.** A probe is a chat call of its own (session ``probes``, turn the probe's id, the
-requester in ``X-Memtap-Requester`` and ``name``): one user message, the question. The reply
+requester in ``X-Memtap-Requester``: the episode's namespace for the suite's namespace owner, who
+owns what was stored there, as on the ``mcp:`` target; and the requester's own name in
+``name``): one user message, the question. The reply
 is :attr:`ProbeResult.reply`. What was retrieved is read from the trace: when the endpoint is
 memtap writing to the run's database (its ``/healthz`` names the database), the retrieve
 effects of the memory calls recorded in the probe's session and turn, in rank order; they
@@ -169,9 +171,13 @@ class OpenAITarget:
         history.append(message)
 
     async def ask_probe(self, scope: EpisodeScope, probe: ProbeCall, *, limit: int) -> ProbeResult:
+        # The suite's namespace owner asks as the episode's namespace, which owns what the agent
+        # stored there (memtap tags a memory with its namespace as owner, and a chat's ``user``
+        # names that namespace): as the mcp: target asks, so their own memories are no leak.
+        requester = scope.namespace if probe.requester == scope.owner else probe.requester
         headers = {
             **self._headers(scope, "probes", probe.probe_id, "user"),
-            "X-Memtap-Requester": probe.requester,
+            "X-Memtap-Requester": requester,
         }
         message = {"role": "user", "content": probe.question, "name": _name(probe.requester)}
         started = time.perf_counter()
