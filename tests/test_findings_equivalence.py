@@ -131,7 +131,7 @@ def _detector_view(event: Any, with_arguments: bool) -> dict[str, Any]:
         "arguments": event.arguments if with_arguments else None,
         "result": event.result if event.op == "chat" else None,
         "effects": [
-            (e.kind, e.item_id, e.namespace, e.content_before, e.content_after, e.tags_after)
+            (e.kind, e.item_id, e.namespace, e.content_before, e.content_after, e.tags_after, e.derived_from)
             for e in event.effects
         ],
     }

@@ -11,9 +11,11 @@ what ``list_events`` returns (``tests/test_findings_equivalence.py`` checks it).
 
 ``lean=True`` (``memtap check`` and the live detectors) reads only what the detectors read: an
 event's timings, front door, model and token columns and an effect's tags before, rank, score,
-derived-from, reconciled flag and evidence are left at their defaults (``ended_at`` is the start);
+reconciled flag and evidence are left at their defaults (``ended_at`` is the start);
 ``result`` is parsed for chat calls only, and ``arguments`` only for chat calls and events that
-removed something (a delete or update effect): the only ones a rule reads them from.
+removed something (a delete or update effect): the only ones a rule reads them from. A rule
+that reads another field must add it here (``test_lean_reading_keeps_everything_the_detectors_read``
+lists what the rules read).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ _LEAN_EVENT_SQL = (
     " parent_id, links FROM events"
 )
 _LEAN_EFFECT_SQL = (
-    "SELECT event_id, kind, item_id, namespace, content_before, content_after, tags_after FROM effects"
+    "SELECT event_id, kind, item_id, namespace, content_before, content_after, tags_after, derived_from"
+    " FROM effects"
     " WHERE event_id >= ? AND event_id <= ? ORDER BY event_id, seq"
 )
 _REMOVING = frozenset({EffectKind.DELETE.value, EffectKind.UPDATE.value})
@@ -168,7 +171,7 @@ def _event(row: tuple[Any, ...], effects: list[MemoryEffect]) -> TraceEvent:
 
 
 def _lean_effect(row: tuple[Any, ...]) -> MemoryEffect:
-    kind, item_id, namespace, before, after, tags_after = row
+    kind, item_id, namespace, before, after, tags_after, derived = row
     return _built(
         MemoryEffect,
         {
@@ -181,7 +184,7 @@ def _lean_effect(row: tuple[Any, ...]) -> MemoryEffect:
             "tags_after": None if tags_after is None else _tags(tags_after),
             "rank": None,
             "score": None,
-            "derived_from": [],
+            "derived_from": (json.loads(derived) or []) if derived is not None else [],
             "reconciled": False,
             "evidence": None,
         },
