@@ -100,9 +100,8 @@ class Superseded:
     new_clause: str
 
 
-def _compare(new: tuple[str, ...], old: tuple[str, ...]) -> Superseded | None:
-    if new == old:
-        return None
+def _shared_ends(new: tuple[str, ...], old: tuple[str, ...]) -> tuple[int, int]:
+    """How many words two clauses share at their start, and then at their end."""
     limit = min(len(new), len(old))
     head = 0
     while head < limit and new[head] == old[head]:
@@ -110,6 +109,13 @@ def _compare(new: tuple[str, ...], old: tuple[str, ...]) -> Superseded | None:
     tail = 0
     while tail < limit - head and new[-1 - tail] == old[-1 - tail]:
         tail += 1
+    return head, tail
+
+
+def _compare(new: tuple[str, ...], old: tuple[str, ...]) -> Superseded | None:
+    if new == old:
+        return None
+    head, tail = _shared_ends(new, old)
     new_mid, old_mid = new[head : len(new) - tail], old[head : len(old) - tail]
     if head < 1 or head + tail < _MIN_SHARED or not new_mid or not old_mid:
         return None
@@ -136,13 +142,7 @@ def replaced_facts(
         if not holding:
             continue
         for new in news:
-            limit = min(len(new), len(old))
-            head = 0
-            while head < limit and new[head] == old[head]:
-                head += 1
-            tail = 0
-            while tail < limit - head and new[-1 - tail] == old[-1 - tail]:
-                tail += 1
+            head, tail = _shared_ends(new, old)
             new_mid, old_mid = new[head : len(new) - tail], old[head : len(old) - tail]
             shared = words(" ".join((*new[:head], *new[len(new) - tail :])))
             if head < 1 or not shared or not old_mid or not value_words & set(new_mid):
