@@ -11,24 +11,15 @@ import pytest
 from conftest import http_client
 from findings_helpers import serve_proxy
 from served import ServedMemtap
+from trace_builder import events_in
 
 from memtap.adapters.memory_server import entity_id, observation_id
 from memtap.config import ConfigFile
 from memtap.trace.models import EffectKind, Op, TraceEvent
-from memtap.trace.store import TraceStore
 
 pytestmark = pytest.mark.anyio
 
 ALICE = {"entities": [{"name": "alice", "entityType": "person", "observations": ["likes tea"]}]}
-
-
-def _events(db: Path) -> list[TraceEvent]:
-    """The events in the file now (no flush, no waiting)."""
-    store = TraceStore(db)
-    try:
-        return store.list_events()
-    finally:
-        store.close()
 
 
 def _add(i: int) -> dict[str, Any]:
@@ -51,7 +42,7 @@ async def test_concurrent_writes_answered_first_each_record_exactly_their_own_ef
                 for i in range(16):
                     tg.start_soon(client.call_tool, "add_observations", _add(i))
         served.settle()  # waits for calls answered before they were recorded, too
-        events = _events(served.db)
+        events = events_in(served.db)
     finally:
         served.stop()
     assert [e.tool for e in events].count("add_observations") == 16
@@ -80,7 +71,7 @@ async def test_calls_answered_before_they_were_recorded_are_recorded_when_the_pr
                 await client.call_tool("add_observations", _add(i))
     finally:
         served.stop()  # no flush first: stopping waits for the answered calls' events
-    events = _events(served.db)
+    events = events_in(served.db)
     assert [e.tool for e in events].count("add_observations") == 5
     assert sorted(_own_effect(e)[2] or "" for e in events if e.tool == "add_observations") == [
         f"fact {i}" for i in range(5)
@@ -97,7 +88,7 @@ async def test_a_durable_proxy_records_a_write_with_its_effects_before_answering
         async with http_client(served.mcp_url) as client:
             await client.call_tool("create_entities", ALICE)
             await client.call_tool("add_observations", _add(0))
-            events = _events(served.db)  # committed before the answers came: no flush
+            events = events_in(served.db)  # committed before the answers came: no flush
     finally:
         served.stop()
     assert [e.tool for e in events] == ["create_entities", "add_observations"]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import ServerProcess, http_client, meta
 from mcp import Client, StdioServerParameters
+from trace_builder import events_in
 
 from memtap.limits import MAX_BATCH_ITEMS
 from memtap.trace.models import TraceEvent
@@ -34,14 +35,6 @@ def _stdio(db: Path, *extra: str) -> Client:
 
 def _text(result: Any) -> str:
     return " ".join(getattr(c, "text", "") for c in result.content)
-
-
-def _events(db: Path) -> list[TraceEvent]:
-    store = TraceStore(db)
-    try:
-        return store.list_events()
-    finally:
-        store.close()
 
 
 def _items(db: Path) -> list[tuple[str, str]]:
@@ -85,7 +78,7 @@ async def test_a_batch_records_the_events_the_same_memory_add_calls_would_record
     assert answer is not None and (answer["stored"], answer["failed"]) == (3, 0)
     assert [entry["index"] for entry in answer["items"]] == [0, 1, 2]
 
-    events = _events(db_path)
+    events = events_in(db_path)
     single = [e for e in events if e.context.namespace == "single"]
     batched = [e for e in events if e.context.namespace == "batch"]
     assert [e.tool for e in events] == ["memory_add"] * 6  # no event of the batch's own
@@ -112,7 +105,7 @@ async def test_a_bad_item_in_the_middle_is_refused_alone_by_index_and_the_others
     assert "item 1: content is 101 bytes; the limit is 100 bytes (--max-content-bytes)" in text
     assert "item 2: memory_add: invalid arguments: content: String should have at least 1 character" in text
 
-    events = _events(db_path)  # one event per item, in order, each as memory_add records it
+    events = events_in(db_path)  # one event per item, in order, each as memory_add records it
     assert [(e.tool, e.status, e.context.turn, e.context.session) for e in events] == [
         ("memory_add", "ok", "t1", "s1"),
         ("memory_add", "error", "t2", "s1"),
@@ -149,7 +142,7 @@ async def test_a_batch_of_the_wrong_shape_is_refused_whole_named_by_index_and_re
         result = await client.call_tool("memory_add_batch", arguments, meta=meta(session="s9"))
     assert result.is_error
     assert _text(result) == f"memory_add_batch: {message}; nothing was stored"
-    [event] = _events(db_path)
+    [event] = events_in(db_path)
     assert (event.tool, event.op.value, event.status, event.context.session) == (
         "memory_add_batch", "write", "error", "s9"
     )  # fmt: skip
@@ -186,7 +179,7 @@ async def test_each_item_needs_the_grant_of_its_own_namespace_and_may_not_contra
         by_kiosk.is_error
         and "item 1: namespace='alice' in the request contradicts namespace='lobby'" in _text(by_kiosk)
     )
-    events = _events(server.db)
+    events = events_in(server.db)
     assert [(e.context.principal, e.tool, e.status, e.context.namespace, e.context.turn) for e in events] == [
         ("alice", "memory_add", "ok", "alice", "t1"),
         ("alice", "memory_add", "error", "shared/team", "t2"),

@@ -24,6 +24,15 @@ SAY_V1 = "I switched to CrossFit Central."
 NOISE = "My friend Bob goes to Iron Temple; nothing changes for me."
 
 
+def events_in(db: Path) -> list[TraceEvent]:
+    """The events in the trace file now (no flush, no waiting)."""
+    store = TraceStore(db)
+    try:
+        return store.list_events()
+    finally:
+        store.close()
+
+
 def add_event(i: int) -> TraceEvent:
     """The event of the i-th memory_add (item m{i}, "fact {i}"), as a front door records it."""
     now = datetime.now(UTC)
