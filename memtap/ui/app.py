@@ -36,8 +36,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from memtap.auth.caller import CALLER_SCOPE_KEY, Caller, local_caller
 from memtap.auth.gate import Authentication, Gate
 from memtap.auth.grants import Policy, Right
-from memtap.scoring.compare import compare_scores
-from memtap.scoring.errors import ScoringError
 from memtap.ui.charts import compare_charts, headline_rows, score_charts
 from memtap.ui.hw import QUANTITY_LABELS, chat_split, run_energy
 from memtap.ui.queries import EVENT_FILTERS, LIVE_BATCH, Reader, Row, loads
@@ -323,6 +321,11 @@ def create_ui_app(
         if unscored:
             error = f"run {unscored[0]!r} has no score yet: run `memtap score {unscored[0]}` first"
         else:
+            # Imported here: the scoring package is large, and a server that records (the dashboard
+            # mounted beside it) starts without it until someone opens a comparison.
+            from memtap.scoring.compare import compare_scores
+            from memtap.scoring.errors import ScoringError
+
             try:
                 result = compare_scores(runs[0]["score"], runs[1]["score"])  # type: ignore[index]
             except ScoringError as exc:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from memtap.scoring.measures import HEADLINE
-
 __all__ = ["compare_charts", "headline_rows", "score_charts"]
 
 Spec = dict[str, Any]
@@ -20,6 +18,10 @@ def _bar(chart_id: str, title: str, labels: list[str], series: dict[str, list[An
 
 
 def headline_rows(score: dict[str, Any]) -> list[dict[str, Any]]:
+    # Imported here, not at module level: the dashboard is mounted in every `memtap serve`, which
+    # then starts without the scoring package until a run page is opened.
+    from memtap.scoring.measures import HEADLINE
+
     measures = score["measures"]
     return [{"level": m.level, "name": m.name, **measures[m.name]} for m in HEADLINE if m.name in measures]
 
