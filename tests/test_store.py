@@ -48,7 +48,6 @@ def test_blank_database_is_migrated_with_plain_browsable_tables(db_path: Path) -
         "m008_create_purge_receipts", "m009_add_reconciled_effects", "m012_add_run_episode_counts",
         "m016_create_findings", "m017_create_hw_samples", "m019_create_ui_indexes", "m020_trim_event_indexes",
         "m021_create_denials_index", "m028_partial_event_indexes", "m025_create_run_writes",
-        "m029_create_pending_items",
     ]  # fmt: skip
     assert _columns(db_path, "purge_receipts") == [
         "id", "purge_id", "purged_at", "purged_by", "scope", "backend", "item_id", "namespace", "versions",

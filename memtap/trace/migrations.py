@@ -492,16 +492,3 @@ def m025_create_run_writes(db: Database) -> None:
         )
         """
     )
-
-
-@MIGRATIONS()
-def m029_create_pending_items(db: Database) -> None:
-    """The events a durable recorder committed before the items they imply (``--durable``).
-
-    A durable commit is the caller's wait: it holds the event and its effects (the durable
-    record) and one row here; the recorder answers the caller, then applies the effects to
-    ``items`` and ``item_versions`` and deletes the row, in one transaction that needs no sync
-    of its own. A crash between the two leaves the row, and the next store opened for writing
-    applies what it names (:func:`memtap.trace.deferred.recover_pending`). Almost always empty:
-    one page, not the five that the items and versions b-trees took in every durable commit."""
-    db.execute("CREATE TABLE pending_items (event_id TEXT PRIMARY KEY) WITHOUT ROWID")

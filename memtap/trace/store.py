@@ -74,11 +74,8 @@ def immediate_transaction(db: Database) -> Iterator[None]:
     db.conn.execute("COMMIT")
 
 
-def insert_events(conn: sqlite3.Connection, events: Sequence[TraceEvent], *, items: bool = True) -> None:
+def insert_events(conn: sqlite3.Connection, events: Sequence[TraceEvent]) -> None:
     """Insert events, their effects and the item states they imply, inside the caller's transaction.
-
-    With ``items=False`` (a durable recorder's commit) the item states are left for later: each
-    event with effects gets a ``pending_items`` row instead (:mod:`memtap.trace.deferred`).
 
     The recorder calls it through :meth:`TraceStore.write_events`; the builtin backend calls it
     on its own connection inside a write's transaction, so the write and its event commit together.
@@ -154,22 +151,8 @@ def insert_events(conn: sqlite3.Connection, events: Sequence[TraceEvent], *, ite
             materialise.append((event, eff, ended, tags_after, derived))
     conn.executemany(_INSERT_EVENT, event_rows)
     conn.executemany(_INSERT_EFFECT, effect_rows)
-    if not items:
-        conn.executemany(
-            "INSERT INTO pending_items (event_id) VALUES (?)", [(e.id,) for e in events if e.effects]
-        )
-        return
     for args in materialise:
         _materialise(conn, *args)
-
-
-def materialise_events(conn: sqlite3.Connection, events: Sequence[TraceEvent]) -> None:
-    """Apply the effects of ``events`` (already inserted) to the items, in the caller's transaction."""
-    for event in events:
-        ended = event.ended_at.isoformat()
-        for eff in event.effects:
-            derived = _json(eff.derived_from) if eff.derived_from else None
-            _materialise(conn, event, eff, ended, _tags_json(eff.tags_after), derived)
 
 
 def _materialise(
@@ -268,23 +251,19 @@ class TraceStore:
             check_same_thread=check_same_thread,
             read_only_ok=read_only_ok,
         )
-        from memtap.trace.deferred import recover_pending  # it builds on this module
-
-        recover_pending(self)  # items a killed durable recorder committed but did not apply
 
     def close(self) -> None:
         self.db.conn.close()
 
     # -- writing -----------------------------------------------------------------
 
-    def write_events(self, events: Sequence[TraceEvent], *, items: bool = True) -> None:
-        """Insert events, their effects and the item states they imply, in one transaction
-        (``items=False``: the item states later, see :mod:`memtap.trace.deferred`)."""
+    def write_events(self, events: Sequence[TraceEvent]) -> None:
+        """Insert events, their effects and the item states they imply, in one transaction."""
         if not events:
             return
         try:
             with immediate_transaction(self.db):
-                insert_events(self.db.conn, events, items=items)
+                insert_events(self.db.conn, events)
         except sqlite3.Error as exc:
             raise StoreError(describe_sqlite_error(self.path, exc), transient=is_transient(exc)) from exc
 

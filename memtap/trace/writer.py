@@ -13,11 +13,6 @@ answer. The writer settles each future once, after its batch's transaction is ov
 and skips futures whose waiter is gone; a batch is written again event by event only
 when its transaction failed, never after it committed.
 
-Durable mode commits an event and its effects (with a ``pending_items`` row) and answers;
-the items those effects imply are applied a moment later for many events at once, in a
-transaction without a sync of its own (see :mod:`memtap.trace.deferred`): the caller waits
-for one synced commit of the durable record only. :meth:`Recorder.flush` waits for the items too.
-
 A write of the builtin backend commits its event in its own transaction (see
 :mod:`memtap.trace.calls`); :meth:`Recorder.count_committed` counts such events here too.
 """
@@ -29,7 +24,6 @@ import contextlib
 import json
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -39,10 +33,8 @@ from pathlib import Path
 
 from memtap.errors import StoreError
 from memtap.trace.after import AnsweredFirst
-from memtap.trace.deferred import ITEMS_BATCH, ITEMS_LINGER_S, materialise_pending
 from memtap.trace.models import TraceEvent
 from memtap.trace.privacy import TracePrivacy
-from memtap.trace.sqlite import is_transient
 from memtap.trace.store import TraceStore
 
 __all__ = ["Recorder", "RecorderStats"]
@@ -130,8 +122,6 @@ class Recorder:
         # Called on the writer thread with each committed batch (live findings): a callback
         # must only hand the events on, never block; one that raises is logged and skipped.
         self.after_commit: list[Callable[[list[TraceEvent]], None]] = []
-        # Durable mode: events committed and answered whose items are not applied yet (writer thread).
-        self._items_due: list[TraceEvent] = []
 
     @property
     def spill_path(self) -> Path:
@@ -215,11 +205,7 @@ class Recorder:
         self._wake.set()
         with self._idle:
             stats = self.stats
-            while (
-                self.answered_first.pending
-                or stats.written + stats.spilled < stats.submitted
-                or self._items_due
-            ):
+            while self.answered_first.pending or stats.written + stats.spilled < stats.submitted:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -264,11 +250,7 @@ class Recorder:
     def _run(self) -> None:
         stopping = False
         while not stopping:
-            try:  # durable items waiting: apply them once no event came for ITEMS_LINGER_S
-                first = self._queue.get(timeout=ITEMS_LINGER_S) if self._items_due else self._queue.get()
-            except queue.Empty:
-                self._apply_items()
-                continue
+            first = self._queue.get()
             batch: list[_Entry] = []
             if first is _STOP:
                 stopping = True
@@ -291,7 +273,6 @@ class Recorder:
                     self._settle(batch, StoreError(f"recorder failure: {type(exc).__name__}: {exc}"))
             if self.linger_s and not stopping:
                 self._gather(len(batch))
-        self._apply_items()
 
     def _gather(self, written: int) -> None:
         """After a batch of ``written`` events: adapt the linger and let the next batch gather.
@@ -314,8 +295,6 @@ class Recorder:
         error = self._commit(events)
         if error is None:
             self._settle(batch, None)
-            if len(self._items_due) >= ITEMS_BATCH:
-                self._apply_items()
             return
         if error.transient:  # retried until the window closed: nothing more to try
             error = StoreError(f"{error}; {self._spill(events, error)}", transient=True)
@@ -331,27 +310,6 @@ class Recorder:
                 )
             self._settle([one], single)
 
-    def _apply_items(self) -> None:
-        """Durable mode, after answering: apply the items of the events committed without them,
-        in one transaction without a sync of its own. A failure leaves their ``pending_items``
-        rows: a transient one is tried again later, any other is left to the next open of the
-        store (``recover_pending``)."""
-        due = self._items_due  # set with the commit's count, so flush() waits for these too
-        if not due:
-            return
-        assert self._store is not None
-        try:
-            materialise_pending(self._store.db.conn, due)
-        except sqlite3.Error as exc:
-            self.stats.last_error = f"applying items: {exc}"
-            if is_transient(exc) and not self._closing.is_set():
-                log.warning("recorder: the items of %d events wait for a retry: %s", len(due), exc)
-                return
-            log.error("recorder: the items of %d events are left for the next start: %s", len(due), exc)
-        with self._idle:
-            self._items_due = []
-            self._idle.notify_all()
-
     def _commit(self, events: list[TraceEvent]) -> StoreError | None:
         """Write ``events`` in one transaction, retrying transient failures; the error, if it failed."""
         assert self._store is not None
@@ -359,7 +317,7 @@ class Recorder:
         deadline = time.monotonic() + self.retry_for_s
         while True:
             try:
-                self._store.write_events(events, items=not self.durable)
+                self._store.write_events(events)
             except StoreError as exc:
                 self.stats.last_error = str(exc)
                 if not exc.transient:
@@ -378,8 +336,6 @@ class Recorder:
             # Before the batch counts as written, so whoever flushed the recorder finds it handed on.
             self._after_commit(events)
             with self._idle:
-                if self.durable:  # committed without their items: applied after the answer
-                    self._items_due = self._items_due + [e for e in events if e.effects]
                 self.stats.written += len(events)
                 self.stats.batches += 1
                 self._idle.notify_all()
