@@ -968,7 +968,7 @@ def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
         f"durable, one task awaiting each record() ({loop}): {rate:,.0f} events/s:"
         f" {verdict} the 2,000 events/s target (issue 14 measured 1,717 before; one synced commit"
         f" per event; a bare fdatasync of 16 pages on this file system took {flush_us:,.0f} us in this"
-        f" run, so no more than {1e6 / flush_us:,.0f} events/s were possible)"
+        f" run (median), which bounds one caller at about {1e6 / flush_us:,.0f} events/s)"
     )
 
 
