@@ -17,10 +17,8 @@ from typing import Any
 
 import anyio
 import pytest
-from click.testing import CliRunner, Result
 from conftest import http_client, run_memory_script
 
-from memtap.cli.main import cli
 from memtap.probes.targets._server import free_port, wait_healthy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -31,15 +29,10 @@ SCRIPT = "<script>window.pwned = 1</script>Remember the <b>tags</b>"
 
 
 def _memtap(*args: str) -> str:
-    """A memtap command in this process (the CLI through its runner, as other tests drive it), in a
-    thread of its own: Playwright's sync API owns this thread's event loop."""
-    out: list[Result] = []
-    thread = threading.Thread(target=lambda: out.append(CliRunner().invoke(cli, list(args))))
-    thread.start()
-    thread.join(300)
-    assert out, f"memtap {args[0]} did not finish"
-    [done] = out
-    assert done.exit_code == 0, (done.output[-2000:], done.exception)
+    done = subprocess.run(
+        [sys.executable, "-m", "memtap", *args], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
 
