@@ -49,10 +49,12 @@ class Graph:
                 self.relations.append(relation)
 
     def touching(self, names: frozenset[str]) -> Graph:
-        return Graph(
-            {n: e for n, e in self.entities.items() if n in names},
-            [r for r in self.relations if r[0] in names or r[2] in names],
-        )
+        held = [n for n in names if n in self.entities]
+        if len(held) <= 1:  # the common case (a write names one entity): no walk over the cache
+            entities = {n: self.entities[n] for n in held}
+        else:  # in the graph's own order
+            entities = {n: e for n, e in self.entities.items() if n in names}
+        return Graph(entities, [r for r in self.relations if r[0] in names or r[2] in names])
 
 
 def graph_from_result(result: dict[str, Any]) -> Graph:

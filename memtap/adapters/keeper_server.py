@@ -34,13 +34,13 @@ import logging
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memtap.adapters.sqlite_reader import SqliteStore, placeholders
-from memtap.adapters.tap_call import forward_read, forward_write
+from memtap.adapters.tap_call import Answered, forward_read, forward_write
 from memtap.config import McpServerConfig, StdioServerConfig
 from memtap.errors import UpstreamError
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op
@@ -197,7 +197,7 @@ class KeeperTap:
         meta: dict[str, Any] | None,
         context: Context,
         record: CallRecord | None,
-        answered: Callable[[dict[str, Any]], None] | None = None,
+        answered: Answered | None = None,
     ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]:
         """Forward one call; returns the upstream's result, the real effects, and a refined op.
         ``answered`` is handed the result as soon as it arrives, as ``GraphTap.call`` does."""

@@ -37,7 +37,7 @@ import os
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,7 @@ from memtap.adapters.memory_server import (
 )
 from memtap.adapters.reconcile import Reconciler
 from memtap.adapters.sqlite_reader import SqliteStore, placeholders
-from memtap.adapters.tap_call import forward_read, forward_write
+from memtap.adapters.tap_call import Answered, forward_read, forward_write
 from memtap.config import McpServerConfig, StdioServerConfig
 from memtap.errors import UpstreamError
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op
@@ -200,7 +200,7 @@ class LibsqlTap:
         meta: dict[str, Any] | None,
         context: Context,
         record: CallRecord | None,
-        answered: Callable[[dict[str, Any]], None] | None = None,
+        answered: Answered | None = None,
     ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]:
         """Forward one call; returns the upstream's result, the real effects, and a refined op.
         ``answered`` is handed the result as soon as it arrives, as ``GraphTap.call`` does."""

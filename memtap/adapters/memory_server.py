@@ -39,12 +39,12 @@ import contextlib
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from memtap.adapters.graph_state import FileState, Graph, Relation, graph_from_result, memory_file_for
 from memtap.adapters.reconcile import Reconciler
-from memtap.adapters.tap_call import forward_read, forward_write
+from memtap.adapters.tap_call import Answered, forward_read, forward_write
 from memtap.errors import UpstreamError
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op
 
@@ -219,7 +219,7 @@ class GraphTap:
         meta: dict[str, Any] | None,
         context: Context,
         record: CallRecord | None,
-        answered: Callable[[dict[str, Any]], None] | None = None,
+        answered: Answered | None = None,
     ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]:
         """Forward one call; returns the upstream's result, the real effects, and a refined op.
 

@@ -3,7 +3,8 @@
 A read is timed and its result handed on at once. A write holds the upstream's write lock from
 the state read before the call to the state read after it, so no other write's reads interleave;
 the wait for an earlier write counts against the call's timeout; the result is handed to
-``answered`` as soon as it arrives (a front door answering first, ``proxy/forward.py``); a
+``answered`` as soon as it arrives (a front door answering first, ``proxy/forward.py``, which
+returns once the answer is on its way to the caller, so the work after it is not the caller's); a
 failed call is handed to the tap's ``failed`` (reconciliation) before it is raised again; and a
 state that cannot be read after a call that succeeded leaves the call answered with no effects.
 Each tap says only how it reads its server's state and what changed.
@@ -24,12 +25,13 @@ if TYPE_CHECKING:
     from memtap.adapters.upstream import Upstream
     from memtap.trace.calls import CallRecord
 
-__all__ = ["acquire", "forward_read", "forward_write"]
+__all__ = ["Answered", "acquire", "forward_read", "forward_write"]
 
 log = logging.getLogger("memtap.upstream")
 
 State = TypeVar("State")
-Answered = Callable[[dict[str, Any]], None]
+# Hands a result to the front door answering first; returns once the answer is on its way out.
+Answered = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def _nothing() -> None:
@@ -64,7 +66,7 @@ async def forward_read(
     if record is not None:
         record.end_backend()
     if answered is not None:
-        answered(result)
+        await answered(result)
     return result
 
 
@@ -105,7 +107,7 @@ async def forward_write(
             raise
         end()
         if answered is not None:
-            answered(result)
+            await answered(result)
         try:
             after = await read_after()
         except Exception:  # the call itself succeeded: answer it, and say why no effects were recorded

@@ -12,10 +12,10 @@ tap: its calls are recorded, with no effects rather than claimed ones.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from memtap.adapters.tap_call import Answered
     from memtap.adapters.upstream import Upstream
     from memtap.trace.calls import CallRecord
     from memtap.trace.models import Context, MemoryEffect, Op
@@ -37,7 +37,7 @@ class EffectTap(Protocol):
         meta: dict[str, Any] | None,
         context: Context,
         record: CallRecord | None,
-        answered: Callable[[dict[str, Any]], None] | None = None,
+        answered: Answered | None = None,
     ) -> tuple[dict[str, Any], list[MemoryEffect], Op | None]: ...
 
 

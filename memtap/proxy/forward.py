@@ -103,6 +103,35 @@ def _recorded_value(result: dict[str, Any]) -> dict[str, Any]:
     return {"content": result.get("content")}
 
 
+# The longest the work after an answer waits for the answer to be written: a caller that does not
+# read its answers must not hold an upstream's write lock for long.
+ANSWER_OUT_S = 0.05
+
+
+async def _answer_out(handler: asyncio.Task[Any] | None) -> None:
+    """Wait until the SDK's task serving the request has ended (it has then handed the answer to
+    the transport: on stdio, written it), within ``ANSWER_OUT_S``.
+
+    Without this the work after an answer (the state read again, the diff, the event) would run on
+    the event loop before the answer's own turns do, and the caller would wait for it after all."""
+    if handler is None or handler.done():
+        return
+    out = asyncio.get_running_loop().create_future()
+
+    def ended(_: object) -> None:
+        if not out.done():
+            out.set_result(None)
+
+    handler.add_done_callback(ended)
+    try:
+        async with asyncio.timeout(ANSWER_OUT_S):
+            await out
+    except TimeoutError:
+        pass
+    finally:
+        handler.remove_done_callback(ended)
+
+
 def _pass_on(task: asyncio.Task[Any], answer: asyncio.Future[types.CallToolResult]) -> None:
     """A forwarded call's task has ended: its outcome is the answer, unless it answered already."""
     error = None if task.cancelled() else task.exception()
@@ -272,9 +301,11 @@ def build_forward_server(
         name: str,
         arguments: dict[str, Any],
         answer: asyncio.Future[types.CallToolResult] | None = None,
+        handler: asyncio.Task[Any] | None = None,
     ) -> Any:
         """Serve one call and record it; with ``answer``, answer it there as soon as the
-        upstream's well-formed result is in (effects derived and event recorded after)."""
+        upstream's well-formed result is in (effects derived and event recorded after the
+        ``handler`` task that answers the caller has ended)."""
         who, front_door, layers = caller(ctx)
         client = client_name(ctx)
         route = await router.resolve_tool(name)
@@ -295,7 +326,7 @@ def build_forward_server(
             ),
         ) as call:
 
-            def answered(result: dict[str, Any]) -> None:
+            async def answered(result: dict[str, Any]) -> None:
                 nonlocal parsed
                 if answer is None or answer.done():
                     return
@@ -305,6 +336,7 @@ def build_forward_server(
                     return  # answered at the end, with the protocol error, as before
                 call.total_ms = (time.perf_counter() - call.started) * 1000  # the caller's wait
                 answer.set_result(parsed)
+                await _answer_out(handler)
 
             try:
                 context = call.context = resolve_context(
@@ -333,7 +365,7 @@ def build_forward_server(
                     call.start_backend()
                     result = await upstream.call_tool(tool, arguments, meta)
                     call.end_backend()
-                    answered(result)
+                    await answered(result)
                 try:
                     if parsed is None:
                         parsed = types.CallToolResult.model_validate(result)
@@ -374,7 +406,8 @@ def build_forward_server(
         # cut it short), which answers here once the upstream's result is in and then derives
         # the effects and records the event (memtap/trace/after.py).
         answer: asyncio.Future[types.CallToolResult] = asyncio.get_running_loop().create_future()
-        task = recorder.answered_first.spawn(forward(ctx, params.name, arguments, answer))
+        handler = asyncio.current_task()  # the SDK's task for this request: it writes the answer
+        task = recorder.answered_first.spawn(forward(ctx, params.name, arguments, answer, handler))
         task.add_done_callback(lambda done: _pass_on(done, answer))
         return await answer
 
