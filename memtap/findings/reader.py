@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -37,10 +38,14 @@ _LEAN_EVENT_SQL = (
     "SELECT rowid, id, started_at, backend, tool, op, status, error, context, arguments, result, gate,"
     " parent_id, links FROM events"
 )
-_LEAN_EFFECT_SQL = (
+_LEAN_EFFECT_COLUMNS = (
     "SELECT event_id, kind, item_id, namespace, content_before, content_after, tags_after, derived_from"
     " FROM effects"
-    " WHERE event_id >= ? AND event_id <= ? ORDER BY event_id, seq"
+)
+_LEAN_EFFECT_SQL = _LEAN_EFFECT_COLUMNS + " WHERE event_id >= ? AND event_id <= ? ORDER BY event_id, seq"
+# A page of some namespaces' events only: their effects by id (a range would hold the others' too).
+_LEAN_EFFECT_OF_SQL = (
+    _LEAN_EFFECT_COLUMNS + " WHERE event_id IN (SELECT value FROM json_each(?)) ORDER BY event_id, seq"
 )
 _REMOVING = frozenset({EffectKind.DELETE.value, EffectKind.UPDATE.value})
 
@@ -250,10 +255,12 @@ def read_page(
     run: str | None = None,
     by_rowid: bool = False,
     lean: bool = False,
+    namespaces: Sequence[str | None] | None = None,
 ) -> tuple[list[TraceEvent], str | int | None]:
     """Up to ``limit`` events after ``after`` (an event id, or a rowid when ``by_rowid``: the order
     they were committed in), with their effects; and where the next page starts. ``lean``: only
-    what the detectors read (the module's docstring)."""
+    what the detectors read (the module's docstring). ``namespaces``: only the events of these
+    (None: of no namespace)."""
     where: list[str] = []
     args: list[Any] = []
     if after is not None:
@@ -262,6 +269,13 @@ def read_page(
     if run is not None:
         where.append("run_id = ?")
         args.append(run)
+    if namespaces is not None:
+        named = [n for n in namespaces if n is not None]
+        # ``+namespace``: the rows are walked in id order (the page's order, stopping at the limit),
+        # not gathered from the namespace index and sorted.
+        held = "+namespace IN (SELECT value FROM json_each(?))"
+        where.append(f"({held} OR +namespace IS NULL)" if None in namespaces else held)
+        args.append(json.dumps(named))
     sql = (_LEAN_EVENT_SQL if lean else _EVENT_SQL) + (" WHERE " + " AND ".join(where) if where else "")
     sql += (" ORDER BY rowid" if by_rowid else " ORDER BY id") + f" LIMIT {int(limit)}"
     removing: set[str] = set()
@@ -274,7 +288,12 @@ def read_page(
         # One index range over the page: events of other runs (or committed out of id order)
         # inside it are skipped.
         if lean:
-            for erow in conn.execute(_LEAN_EFFECT_SQL, (min(ids), max(ids))):
+            query = (
+                conn.execute(_LEAN_EFFECT_SQL, (min(ids), max(ids)))
+                if namespaces is None
+                else conn.execute(_LEAN_EFFECT_OF_SQL, (json.dumps(ids),))
+            )
+            for erow in query:
                 mine = effects.get(erow[0])
                 if mine is not None:
                     mine.append(_lean_effect(erow[1:]))
