@@ -26,6 +26,7 @@ class CheckResult:
     stored: int = 0
     detector_errors: int = 0
     last_error: str | None = None
+    processes: int = 1  # how many processes checked the trace (parts split by namespace)
 
     def at_least(self, severity: Severity) -> list[Finding]:
         return [f for f in self.findings if f.severity >= severity]
@@ -59,6 +60,7 @@ def check_trace(
     if merged is not None:
         result.events, result.findings = merged.events, merged.findings
         result.detector_errors, result.last_error = merged.detector_errors, merged.last_error
+        result.processes = merged.processes
     else:
         engine = Engine(detectors)
         with gc_paused():

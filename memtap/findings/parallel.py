@@ -120,6 +120,7 @@ class Merged:
     findings: list[Finding]
     detector_errors: int
     last_error: str | None
+    processes: int
 
 
 def check_in_parts(
@@ -166,6 +167,7 @@ def check_in_parts(
         findings=[f for _, f in merge(*(r.findings for r in results), key=lambda pair: pair[0])],
         detector_errors=sum(r.detector_errors for r in results),
         last_error=max(errors)[1] if errors else None,
+        processes=len(parts),
     )
 
 
