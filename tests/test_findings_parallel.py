@@ -3,12 +3,17 @@ in the same order; a trace whose namespaces meet is checked on one engine."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from memtap.cli.main import cli
 from memtap.findings.check import check_trace
 from memtap.findings.model import Finding
+from memtap.findings.storage import list_findings
 from memtap.ids import new_id
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
 from memtap.trace.store import TraceStore
@@ -184,3 +189,24 @@ def test_since_keeps_the_findings_of_events_started_then_or_later_on_every_proce
     expected = [f for f in every.findings if started[f.event_id] >= middle]
     assert 0 < len(expected) < len(every.findings)
     assert _dumped(one.findings) == _dumped(split.findings) == _dumped(expected)
+
+
+def test_memtap_check_on_two_workers_prints_and_stores_what_one_worker_does(tmp_path: Path) -> None:
+    trace = _Trace()
+    _lifecycle(trace)
+    dbs = [tmp_path / "one.db", tmp_path / "two.db"]
+    for db in dbs:
+        _write(db, trace).close()
+    outputs = []
+    for db, workers in zip(dbs, ("1", "2"), strict=True):
+        result = CliRunner().invoke(cli, ["check", "--db", str(db), "--json", "--workers", workers])
+        assert result.exit_code == 1, result.output  # high findings (erasure, secret_stored)
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        outputs.append([{k: v for k, v in f.items() if k not in ("id", "created_at")} for f in lines])
+        store = TraceStore(db)
+        try:
+            assert len(list_findings(store.db, limit=10_000)) == len(lines)
+        finally:
+            store.close()
+    assert outputs[0] == outputs[1] and outputs[0]
+    assert CliRunner().invoke(cli, ["check", "--db", str(dbs[0]), "--workers", "0"]).exit_code == 2
