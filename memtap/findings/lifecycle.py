@@ -242,13 +242,14 @@ class StaleCoexistence:
             if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
                 continue
             namespace = effect_namespace(event, eff)
-            turns = state.user_turns(namespace, event.context.session)
-            sources = [eff.content_after, *turns[-1:]]
+            turns = state.turns.get((namespace, event.context.session))
+            sources = [eff.content_after, turns[-1]] if turns else [eff.content_after]
             old_values: set[str] = set()
             for text in sources:
                 if is_correction(text):
                     old_values |= correction_old_values(text)
-            old_values = {v for v in old_values if v not in _STOPLIKE}
+            if old_values:
+                old_values = {v for v in old_values if v not in _STOPLIKE}
             flagged: set[str] = set()
             for item in state.live_items(namespace) if old_values else ():
                 if (item.backend, item.item_id) in skip:
