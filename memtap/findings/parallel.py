@@ -77,7 +77,7 @@ def check_part(
     """One part's events (of ``run``), in trace order, through a fresh engine (runs in a worker)."""
     result = PartResult()
     mine = set(namespaces)
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)  # read only
     engine = Engine(make_detectors((), only))
     after: str | int | None = None
     try:
