@@ -65,6 +65,12 @@ def _canaries(config: Path | None) -> list:  # type: ignore[type-arg]
     help="Config file whose memtap.findings.canaries to check for.",
 )
 @click.option("--no-save", is_flag=True, help="Do not store the findings in the database.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Processes to check on, the trace split by namespace (same findings). "
+    "Default: one per core for a trace of 50,000 events or more, else one.",
+)
 @json_option
 def check(
     db: Path | None,
@@ -74,6 +80,7 @@ def check(
     only: tuple[str, ...],
     config: Path | None,
     no_save: bool,
+    workers: int | None,
     as_json: bool,
 ) -> None:
     """Run every detector over a trace database; exit 1 when findings at or above --fail-on exist.
@@ -90,7 +97,13 @@ def check(
     store = open_store(db)
     try:
         result = check_trace(
-            store, run=run, since=_since(since), canaries=canaries, only=only or None, save=not no_save
+            store,
+            run=run,
+            since=_since(since),
+            canaries=canaries,
+            only=only or None,
+            save=not no_save,
+            workers=workers,
         )
     finally:
         store.close()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memtap.findings.facts import facts, normalise
-from memtap.findings.model import Finding, Severity, finding_for
+from memtap.findings.model import Finding, Severity, Shape, finding_for
 from memtap.findings.state import TraceState, effect_namespace
 from memtap.trace.models import AccessTags, EffectKind, Op, TraceEvent
 
@@ -29,6 +29,7 @@ _DENIED = re.compile(r"^(observe:would-deny|enforce:withheld)=(.*)$")
 _REFUSAL = re.compile(
     r"(may not (read|write|delete|admin|act for|call)|contradicts .* fixed by|in the request contradicts)"
 )
+_WRITES = frozenset({EffectKind.ADD, EffectKind.UPDATE})
 _HOLDING = 65536  # items holding a canary remembered, to see them in the prompts they are injected into
 _RECENT = 2048  # chat calls and denied retrievals remembered to pair them, whichever is recorded first
 
@@ -57,6 +58,11 @@ class LeakRetrieval:
         "the access gate recorded observe:would-deny=ID,...: the items were returned to a requester they "
         "deny; where no verdict was recorded (a wrapped server), the items' recorded tags deny the requester"
     )
+
+    def wants(self, shape: Shape) -> bool:
+        return shape.gate == "deny" or (
+            shape.gate is None and shape.ok and EffectKind.RETRIEVE in shape.kinds
+        )
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         mode, ids = denied_ids(event.gate)
@@ -120,6 +126,9 @@ class CrossNamespace:
         "an error event whose error is a grant refusal or a pinned-context violation (medium: refused); "
         "a retrieval returning an item that belongs to another namespace (critical: served)"
     )
+
+    def wants(self, shape: Shape) -> bool:
+        return (not shape.ok and shape.error) or EffectKind.RETRIEVE in shape.kinds
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         ctx = event.context
@@ -225,6 +234,9 @@ class CanaryExposure:
         self.canaries = canaries
         self._holding: OrderedDict[str, str] = OrderedDict()  # item id -> content, items holding a canary
 
+    def wants(self, shape: Shape) -> bool:
+        return bool(self.canaries)
+
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if not self.canaries:
             return
@@ -275,6 +287,9 @@ class SecretStored:
     )
 
     _NOISY = frozenset({"Base64 High Entropy String", "Hex High Entropy String", "Secret Keyword"})
+
+    def wants(self, shape: Shape) -> bool:
+        return bool(shape.kinds & _WRITES)
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         for eff in event.effects:
@@ -332,6 +347,9 @@ class LeakInjection:
     def __init__(self) -> None:
         self._chats: OrderedDict[str, TraceEvent] = OrderedDict()
         self._denied: OrderedDict[str, TraceEvent] = OrderedDict()
+
+    def wants(self, shape: Shape) -> bool:
+        return shape.op == Op.CHAT or (shape.parent and shape.gate == "deny")
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if event.op == Op.CHAT:

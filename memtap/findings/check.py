@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from memtap.findings.access import Canary
-from memtap.findings.engine import Engine, make_detectors
+from memtap.findings.engine import Engine, gc_paused, make_detectors
 from memtap.findings.model import Finding, Severity
+from memtap.findings.parallel import PARALLEL_MIN_EVENTS, check_in_parts, default_workers
 from memtap.findings.reader import read_page
 from memtap.findings.storage import save_findings
 from memtap.trace.store import TraceStore
 
-__all__ = ["CheckResult", "check_trace"]
+__all__ = ["CheckResult", "check_trace", "gc_paused"]
 
 _CHUNK = 5000
 
@@ -26,26 +26,13 @@ class CheckResult:
     stored: int = 0
     detector_errors: int = 0
     last_error: str | None = None
+    processes: int = 1  # how many processes checked the trace (parts split by namespace)
 
     def at_least(self, severity: Severity) -> list[Finding]:
         return [f for f in self.findings if f.severity >= severity]
 
     def undetermined(self) -> list[Finding]:
         return [f for f in self.findings if f.evidence.get("judged") is False]
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for a bulk pass: the events, effects and state built here
-    hold no reference cycles, and collecting a heap of millions of them again and again cost more
-    than reading them."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def check_trace(
@@ -56,28 +43,75 @@ def check_trace(
     canaries: Sequence[Canary] = (),
     only: Sequence[str] | None = None,
     save: bool = True,
+    workers: int | None = None,
 ) -> CheckResult:
     """Feed every event (of ``run``, if given) to a fresh engine; keep the findings of events that
-    started at or after ``since`` (earlier events still build the state the rules judge against)."""
-    with gc_paused():
-        return _check(store, run, since, Engine(make_detectors(canaries, only)), save)
+    started at or after ``since`` (earlier events still build the state the rules judge against).
 
-
-def _check(store: TraceStore, run: str | None, since: str | None, engine: Engine, save: bool) -> CheckResult:
+    ``workers``: how many processes check the trace, split by namespace (``parallel.py``; the same
+    findings, in the same order); None: one per core for a trace of at least
+    ``PARALLEL_MIN_EVENTS`` events, else one. A trace that does not split is checked on one."""
+    detectors = make_detectors(canaries, only)
     result = CheckResult()
+    split = _parallel_workers(
+        store, run, workers, bool(canaries) and any(d.name == "canary_exposure" for d in detectors)
+    )
+    merged = check_in_parts(store.path, store.db.conn, run, only, split) if split > 1 else None
+    if merged is not None:
+        result.events, result.findings = merged.events, merged.findings
+        result.detector_errors, result.last_error = merged.detector_errors, merged.last_error
+        result.processes = merged.processes
+    else:
+        engine = Engine(detectors)
+        with gc_paused():
+            result.events, result.findings = _check(store, run, engine)
+        result.detector_errors = engine.stats.detector_errors
+        result.last_error = engine.stats.last_error
+    if since is not None:
+        result.findings = _started_since(store, result.findings, since)
+    if save and result.findings:
+        result.stored = len(save_findings(store.db, result.findings))
+    return result
+
+
+def _parallel_workers(store: TraceStore, run: str | None, workers: int | None, canaries: bool) -> int:
+    """How many processes to check on: one for canaries (their owners are learnt across
+    namespaces) or a database that is not a file."""
+    if canaries or workers == 1 or not store.path.is_file():
+        return 1
+    if workers is not None:
+        return workers
+    sql, args = (
+        ("SELECT count(*) FROM events", ())
+        if run is None
+        else ("SELECT count(*) FROM events WHERE run_id = ?", (run,))
+    )
+    (count,) = store.db.conn.execute(sql, args).fetchone()
+    return default_workers() if count >= PARALLEL_MIN_EVENTS else 1
+
+
+def _check(store: TraceStore, run: str | None, engine: Engine) -> tuple[int, list[Finding]]:
+    found: list[Finding] = []
+    count = 0
     after: str | int | None = None
     while True:
         events, after = read_page(store.db.conn, after=after, limit=_CHUNK, run=run, lean=True)
         if not events:
-            break
-        found = engine.feed(events)
-        if since is not None:
-            started = {e.id: e.started_at.isoformat() for e in events}
-            found = [f for f in found if started.get(f.event_id, since) >= since]
-        result.findings.extend(found)
-        result.events += len(events)
-    result.detector_errors = engine.stats.detector_errors
-    result.last_error = engine.stats.last_error
-    if save and result.findings:
-        result.stored = len(save_findings(store.db, result.findings))
-    return result
+            return count, found
+        found.extend(engine.feed(events))
+        count += len(events)
+
+
+def _started_since(store: TraceStore, findings: list[Finding], since: str) -> list[Finding]:
+    """The findings whose event started at or after ``since`` (a finding of an event not in the
+    trace is kept)."""
+    ids = sorted({f.event_id for f in findings})
+    started: dict[str, str] = {}
+    for at in range(0, len(ids), 500):
+        chunk = ids[at : at + 500]
+        marks = ",".join("?" * len(chunk))
+        for event_id, text in store.db.conn.execute(
+            f"SELECT id, started_at FROM events WHERE id IN ({marks})", chunk
+        ):
+            started[event_id] = datetime.fromisoformat(text).isoformat()
+    return [f for f in findings if started.get(f.event_id, since) >= since]

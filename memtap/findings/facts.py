@@ -60,6 +60,7 @@ _INFINITIVE = (
 # "that", "this", "it" or "which" is (an evaluation of what was said: "That is a nice
 # coincidence", "it is better"), nor an infinitive after "to".
 _VALUE = re.compile(
+    r"(?=[iawtpluhnc=:])"  # the first characters a match can start with (see above)
     r"(?:(?<!\b[Tt]hat )(?<!\b[Tt]his )(?<!\b[Ii]t )(?<!\b[Ww]hich )\b(?:is|are|was|were)"
     r"|\bto(?=\s+(?!(?:" + _INFINITIVE + r")\b))"
     r"|\b(?:prefers?|likes?|loves?|uses?|hates?|named|called))\s+"

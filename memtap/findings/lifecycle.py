@@ -20,7 +20,7 @@ from memtap.findings.facts import (
     strings_in,
     word_set,
 )
-from memtap.findings.model import Finding, Severity, finding_for
+from memtap.findings.model import Finding, Severity, Shape, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
 from memtap.findings.supersede import replaced_facts, states_change, superseded_findings
 from memtap.trace.models import EffectKind, Op, Role, TraceEvent
@@ -40,6 +40,8 @@ _DUPLICATE_SCAN_LIMIT = 500  # live items of a similar size compared per write, 
 
 _REMOVALS = (EffectKind.DELETE, EffectKind.UPDATE)
 _WRITES = (EffectKind.ADD, EffectKind.UPDATE)
+_REMOVALS_SET = frozenset(_REMOVALS)
+_WRITES_SET = frozenset(_WRITES)
 
 
 def has_effect(event: TraceEvent, kinds: tuple[EffectKind, ...]) -> bool:
@@ -108,6 +110,9 @@ class Erasure:
 
     def __init__(self) -> None:
         self._undetermined: set[tuple[str, str | None]] = set()
+
+    def wants(self, shape: Shape) -> bool:
+        return bool(shape.kinds & _REMOVALS_SET)
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if not has_effect(event, _REMOVALS):
@@ -182,6 +187,9 @@ class DestructiveUpdate:
         "replaces (gives the same subject another value, in a clause worded as the old one)"
     )
 
+    def wants(self, shape: Shape) -> bool:
+        return EffectKind.UPDATE in shape.kinds
+
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         for eff in event.effects:
             if eff.kind != EffectKind.UPDATE or eff.content_before is None or eff.content_after is None:
@@ -223,6 +231,9 @@ class StaleCoexistence:
         "says something changed while a live item states the same subject with another value"
     )
 
+    def wants(self, shape: Shape) -> bool:
+        return shape.ok and bool(shape.kinds & _WRITES_SET)
+
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if event.status != "ok":
             return
@@ -231,13 +242,14 @@ class StaleCoexistence:
             if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
                 continue
             namespace = effect_namespace(event, eff)
-            turns = state.user_turns(namespace, event.context.session)
-            sources = [eff.content_after, *turns[-1:]]
+            turns = state.turns.get((namespace, event.context.session))
+            sources = [eff.content_after, turns[-1]] if turns else [eff.content_after]
             old_values: set[str] = set()
             for text in sources:
                 if is_correction(text):
                     old_values |= correction_old_values(text)
-            old_values = {v for v in old_values if v not in _STOPLIKE}
+            if old_values:
+                old_values = {v for v in old_values if v not in _STOPLIKE}
             flagged: set[str] = set()
             for item in state.live_items(namespace) if old_values else ():
                 if (item.backend, item.item_id) in skip:
@@ -271,6 +283,9 @@ class ReaddDeletes:
     name = "readd_deletes"
     severity = Severity.HIGH
     rule = "a write-op call deletes an item whose content near-equals what the call writes"
+
+    def wants(self, shape: Shape) -> bool:
+        return shape.op in (Op.WRITE, Op.UPDATE) and EffectKind.DELETE in shape.kinds
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if event.op not in (Op.WRITE, Op.UPDATE) or not has_effect(event, (EffectKind.DELETE,)):
@@ -311,6 +326,9 @@ class LostOnFailure:
         "call), when the removed facts survive in no live item"
     )
 
+    def wants(self, shape: Shape) -> bool:
+        return not shape.ok and shape.op in (Op.WRITE, Op.UPDATE)
+
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if event.status == "ok" or event.op not in (Op.WRITE, Op.UPDATE):
             return
@@ -347,6 +365,9 @@ class Duplicate:
     rule = (
         "an add or update leaves two live items of one namespace whose content is near-equal (Jaccard >= 0.9)"
     )
+
+    def wants(self, shape: Shape) -> bool:
+        return bool(shape.kinds & _WRITES_SET)
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if not has_effect(event, _WRITES):
@@ -392,6 +413,9 @@ class UntrustedOverwrite:
         "an update or delete effect by a call whose role is third_party or tool, "
         "on an item a user-role call wrote"
     )
+
+    def wants(self, shape: Shape) -> bool:
+        return shape.role in (Role.THIRD_PARTY, Role.TOOL) and bool(shape.kinds & _REMOVALS_SET)
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         role = event.context.role

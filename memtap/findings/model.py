@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from memtap.errors import ConfigError
+from memtap.trace.models import EffectKind, Op, Role
 
 if TYPE_CHECKING:
     from memtap.findings.state import TraceState
     from memtap.trace.models import TraceEvent
 
-__all__ = ["DETECTOR_VERSION", "Detector", "Finding", "Severity"]
+__all__ = ["DETECTOR_VERSION", "Detector", "Finding", "Severity", "Shape"]
 
 # Bumped whenever a rule changes what it reports; stored with every finding so a finding can be
 # traced back to the rule that made it.
@@ -82,14 +83,32 @@ class Finding:
         }
 
 
+class Shape(NamedTuple):
+    """What kind of event it is, as far as the rules tell events apart: the engine shows an event
+    only to the detectors that ``want`` its shape (most events are adds and retrievals, which most
+    rules have nothing to say about)."""
+
+    op: Op
+    ok: bool  # status "ok"
+    error: bool  # an error message is recorded
+    kinds: frozenset[EffectKind]  # of its effects
+    role: Role | None
+    gate: str | None  # None (no verdict), "deny" (a would-deny or withheld verdict) or "other"
+    parent: bool  # it has a parent_id
+
+
 class Detector(Protocol):
     """A small documented rule. ``observe`` sees each event in trace order, with the state of the
     trace *before* the event (``state``); it returns the findings the event causes. Detectors
-    never write: the engine applies the event to the state after every detector has seen it."""
+    never write: the engine applies the event to the state after every detector has seen it.
+    ``wants`` says which event shapes ``observe`` can find anything in, or learn anything from:
+    it is only shown those (a superset is safe; missing one loses findings)."""
 
     name: str
     severity: Severity
     rule: str
+
+    def wants(self, shape: Shape) -> bool: ...
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterable[Finding]: ...
 

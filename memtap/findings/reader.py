@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -32,15 +33,20 @@ from memtap.errors import StoreError
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
 
 __all__ = ["read_page", "tail_start"]
-# The columns the detectors read (``lean``), in the order ``_lean_event`` and ``_lean_effect`` take them.
+# The columns the detectors read (``lean``), in the order ``_lean_event`` and ``_read_lean_effects``
+# take them.
 _LEAN_EVENT_SQL = (
     "SELECT rowid, id, started_at, backend, tool, op, status, error, context, arguments, result, gate,"
     " parent_id, links FROM events"
 )
-_LEAN_EFFECT_SQL = (
+_LEAN_EFFECT_COLUMNS = (
     "SELECT event_id, kind, item_id, namespace, content_before, content_after, tags_after, derived_from"
     " FROM effects"
-    " WHERE event_id >= ? AND event_id <= ? ORDER BY event_id, seq"
+)
+_LEAN_EFFECT_SQL = _LEAN_EFFECT_COLUMNS + " WHERE event_id >= ? AND event_id <= ? ORDER BY event_id, seq"
+# A page of some namespaces' events only: their effects by id (a range would hold the others' too).
+_LEAN_EFFECT_OF_SQL = (
+    _LEAN_EFFECT_COLUMNS + " WHERE event_id IN (SELECT value FROM json_each(?)) ORDER BY event_id, seq"
 )
 _REMOVING = frozenset({EffectKind.DELETE.value, EffectKind.UPDATE.value})
 
@@ -96,7 +102,6 @@ _OPS = {o.value: o for o in Op}
 _ROLES = {r.value: r for r in Role}
 _TRACE_EVENT_SET = frozenset(TraceEvent.model_fields)
 _EFFECT_SET = frozenset(MemoryEffect.model_fields)
-_CONTEXT_FIELDS = tuple(Context.model_fields)
 _CONTEXT_DEFAULTS = {name: f.default for name, f in Context.model_fields.items()}
 
 
@@ -120,7 +125,8 @@ def _context(text: str) -> Context:
     turn = data.get("turn")
     if (role is not None and role not in _ROLES) or (turn is not None and not isinstance(turn, str)):
         return Context.model_validate_json(text)  # not what the recorder writes: validate it
-    values = {name: data.get(name, _CONTEXT_DEFAULTS[name]) for name in _CONTEXT_FIELDS}
+    values = _CONTEXT_DEFAULTS.copy()  # every field, in order, then what the text sets
+    values.update(data)
     if role is not None:
         values["role"] = _ROLES[role]
     return _built(Context, values, frozenset(data))
@@ -170,26 +176,48 @@ def _event(row: tuple[Any, ...], effects: list[MemoryEffect]) -> TraceEvent:
     return _built(TraceEvent, values, _TRACE_EVENT_SET)
 
 
-def _lean_effect(row: tuple[Any, ...]) -> MemoryEffect:
-    kind, item_id, namespace, before, after, tags_after, derived = row
-    return _built(
-        MemoryEffect,
-        {
-            "kind": _KINDS[kind],
-            "item_id": item_id,
-            "namespace": namespace,
-            "content_before": before,
-            "content_after": after,
-            "tags_before": None,
-            "tags_after": None if tags_after is None else _tags(tags_after),
-            "rank": None,
-            "score": None,
-            "derived_from": (json.loads(derived) or []) if derived is not None else [],
-            "reconciled": False,
-            "evidence": None,
-        },
+def _read_lean_effects(
+    rows: Iterable[tuple[Any, ...]], effects: dict[str, list[MemoryEffect]], removing: set[str]
+) -> None:
+    """Each row's effect, built in this loop (millions of them: no call per row), appended to its
+    event's list; the events with a delete or update effect added to ``removing``."""
+    new, set_, kinds, fields, tags_of, loads = (
+        MemoryEffect.__new__,
+        object.__setattr__,
+        _KINDS,
         _EFFECT_SET,
+        _tags,
+        json.loads,
     )
+    for event_id, kind, item_id, namespace, before, after, tags_after, derived in rows:
+        mine = effects.get(event_id)
+        if mine is None:
+            continue
+        effect = new(MemoryEffect)
+        set_(
+            effect,
+            "__dict__",
+            {
+                "kind": kinds[kind],
+                "item_id": item_id,
+                "namespace": namespace,
+                "content_before": before,
+                "content_after": after,
+                "tags_before": None,
+                "tags_after": None if tags_after is None else tags_of(tags_after),
+                "rank": None,
+                "score": None,
+                "derived_from": (loads(derived) or []) if derived is not None else [],
+                "reconciled": False,
+                "evidence": None,
+            },
+        )
+        set_(effect, "__pydantic_fields_set__", set(fields))
+        set_(effect, "__pydantic_extra__", None)
+        set_(effect, "__pydantic_private__", None)
+        mine.append(effect)
+        if kind in _REMOVING:
+            removing.add(event_id)
 
 
 def _lean_event(row: tuple[Any, ...], effects: list[MemoryEffect], removing: bool) -> TraceEvent:
@@ -250,10 +278,12 @@ def read_page(
     run: str | None = None,
     by_rowid: bool = False,
     lean: bool = False,
+    namespaces: Sequence[str | None] | None = None,
 ) -> tuple[list[TraceEvent], str | int | None]:
     """Up to ``limit`` events after ``after`` (an event id, or a rowid when ``by_rowid``: the order
     they were committed in), with their effects; and where the next page starts. ``lean``: only
-    what the detectors read (the module's docstring)."""
+    what the detectors read (the module's docstring). ``namespaces``: only the events of these
+    (None: of no namespace)."""
     where: list[str] = []
     args: list[Any] = []
     if after is not None:
@@ -262,6 +292,13 @@ def read_page(
     if run is not None:
         where.append("run_id = ?")
         args.append(run)
+    if namespaces is not None:
+        named = [n for n in namespaces if n is not None]
+        # ``+namespace``: the rows are walked in id order (the page's order, stopping at the limit),
+        # not gathered from the namespace index and sorted.
+        held = "+namespace IN (SELECT value FROM json_each(?))"
+        where.append(f"({held} OR +namespace IS NULL)" if None in namespaces else held)
+        args.append(json.dumps(named))
     sql = (_LEAN_EVENT_SQL if lean else _EVENT_SQL) + (" WHERE " + " AND ".join(where) if where else "")
     sql += (" ORDER BY rowid" if by_rowid else " ORDER BY id") + f" LIMIT {int(limit)}"
     removing: set[str] = set()
@@ -274,12 +311,12 @@ def read_page(
         # One index range over the page: events of other runs (or committed out of id order)
         # inside it are skipped.
         if lean:
-            for erow in conn.execute(_LEAN_EFFECT_SQL, (min(ids), max(ids))):
-                mine = effects.get(erow[0])
-                if mine is not None:
-                    mine.append(_lean_effect(erow[1:]))
-                    if erow[1] in _REMOVING:
-                        removing.add(erow[0])
+            query = (
+                conn.execute(_LEAN_EFFECT_SQL, (min(ids), max(ids)))
+                if namespaces is None
+                else conn.execute(_LEAN_EFFECT_OF_SQL, (json.dumps(ids),))
+            )
+            _read_lean_effects(query, effects, removing)
         else:
             for erow in conn.execute(_EFFECT_SQL, (min(ids), max(ids))):
                 mine = effects.get(erow[0])

@@ -165,12 +165,27 @@ def superseded(new_text: str, old_texts: Iterable[str]) -> Iterator[tuple[int, S
 
 def first_superseded(mine: list[tuple[str, ...]], theirs: list[tuple[str, ...]]) -> Superseded | None:
     """The first clause of ``theirs`` (in order) that a clause of ``mine`` (the first that does)
-    gives another value."""
+    gives another value. Pairs that cannot share the words ``_compare`` needs are passed over
+    first: a shared opening word and, since at least three words are shared in all, either the
+    second or the last word too (both clauses of two words or more)."""
     for old in theirs:
-        found = next((s for s in (_compare(new, old) for new in mine) if s is not None), None)
-        if found is not None:
-            return found
+        if len(old) < 2:
+            continue
+        first, second, last = old[0], old[1], old[-1]
+        for new in mine:
+            if len(new) < 2 or new[0] != first or (new[1] != second and new[-1] != last):
+                continue
+            found = _compare(new, old)
+            if found is not None:
+                return found
     return None
+
+
+def _may_supersede(mine: list[tuple[str, str, str]], words: frozenset[str]) -> bool:
+    """Whether an item holding ``words`` can have a clause that one of ``mine`` (a clause's first,
+    second and last words) gives another value: its clause would hold the first word and the
+    second or the last (``first_superseded``), and a clause's words are words of its text."""
+    return any(a in words and (b in words or z in words) for a, b, z in mine)
 
 
 def superseded_findings(
@@ -188,14 +203,17 @@ def superseded_findings(
     the word one of ``eff``'s clauses opens with are compared (the state's opening index): the
     others share no opening word with it, which ``_compare`` requires."""
     mine = clauses(eff.content_after or "")
-    if not mine:
-        return
+    ends = [(c[0], c[1], c[-1]) for c in mine if len(c) >= 2]
+    if not ends:
+        return  # no clause of two words or more: none can give a subject another value
     others = [
         item
         for item in state.opening_with({words[0] for words in mine}, namespace)
         if (item.backend, item.item_id) not in skip and item.item_id not in flagged
     ]
     for item in others:
+        if not _may_supersede(ends, item.words):
+            continue  # its clauses (not worked out) cannot share the words a superseded one does
         found = first_superseded(mine, item.clauses)
         if found is None:
             continue

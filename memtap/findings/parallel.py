@@ -1,0 +1,201 @@
+"""``memtap check`` on several processes: the trace split by namespace, each part checked by its own
+engine, the findings merged back into trace order.
+
+Every rule judges an event against what earlier events did to the same items, the same
+namespaces (the effects' namespaces and the call's), the same session's turns and the calls it
+links to; nothing else. So when the namespaces fall into groups that no event, item or link
+crosses, each group can be checked on its own, and the findings of its events are exactly the
+ones a single engine over the whole trace finds for them, in the same order (an event's findings
+all come from the part that holds it). Whether the trace splits is only known while it is read,
+so every part checks as it goes and reports what would join it to another:
+
+* an event whose call or effect names a namespace outside its part (an item of namespace A
+  served to B, a write across namespaces): the part stops at once;
+* the items its effects touch: an item id two parts touch joins them (ids, whatever the backend:
+  a coarser test, never a looser one);
+* the events it links to (``parent_id``, ``links``: a chat and its memory search): each must be
+  in the same part, or not in the trace.
+
+If anything joins two parts, or a canary is configured (its owners are learnt across namespaces),
+the check runs on one engine instead: the same findings, only slower. Parts are balanced by how
+many events each namespace has, largest first.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from heapq import merge
+from pathlib import Path
+
+from memtap.findings.engine import Engine, gc_paused, make_detectors
+from memtap.findings.model import Finding
+from memtap.findings.reader import read_page
+
+__all__ = ["PartResult", "check_in_parts", "plan_parts"]
+
+PARALLEL_MIN_EVENTS = 50_000  # below this a trace is checked on one process (starting more costs more)
+_CHUNK = 5000
+
+
+@dataclass
+class PartResult:
+    """What one part found, and what would join it to another part."""
+
+    events: int = 0
+    findings: list[tuple[str, Finding]] = field(default_factory=list)  # (id of the event seen, finding)
+    detector_errors: int = 0
+    last_error: tuple[str, str] | None = None  # (event id, message) of the last error
+    foreign: str | None = None  # why this part cannot be checked on its own
+    items: set[str] = field(default_factory=set)
+    links: set[str] = field(default_factory=set)
+
+
+def plan_parts(conn: sqlite3.Connection, run: str | None, workers: int) -> list[list[str | None]]:
+    """The namespaces of the trace (of ``run``) in up to ``workers`` parts of similar event counts."""
+    sql = "SELECT namespace, count(*) FROM events"
+    args: tuple[str, ...] = ()
+    if run is not None:
+        sql += " WHERE run_id = ?"
+        args = (run,)
+    counts = conn.execute(sql + " GROUP BY namespace", args).fetchall()
+    parts: list[tuple[int, list[str | None]]] = [(0, []) for _ in range(max(1, workers))]
+    for namespace, count in sorted(counts, key=lambda row: (-row[1], row[0] or "")):
+        size, names = min(parts, key=lambda part: part[0])
+        parts[parts.index((size, names))] = (size + count, [*names, namespace])
+    return [names for _, names in parts if names]
+
+
+def check_part(
+    path: str, run: str | None, only: Sequence[str] | None, namespaces: list[str | None]
+) -> PartResult:
+    """One part's events (of ``run``), in trace order, through a fresh engine (runs in a worker)."""
+    result = PartResult()
+    mine = set(namespaces)
+    conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)  # read only
+    engine = Engine(make_detectors((), only))
+    after: str | int | None = None
+    try:
+        with gc_paused():
+            while result.foreign is None:
+                events, after = read_page(
+                    conn, after=after, limit=_CHUNK, run=run, lean=True, namespaces=namespaces
+                )
+                if not events:
+                    break
+                for event in events:
+                    ctx_namespace = event.context.namespace
+                    if ctx_namespace not in mine:
+                        result.foreign = f"event {event.id} is in namespace {ctx_namespace!r}"
+                        break
+                    for eff in event.effects:
+                        if eff.namespace is not None and eff.namespace not in mine:
+                            result.foreign = f"event {event.id} touched namespace {eff.namespace!r}"
+                            break
+                        result.items.add(eff.item_id)
+                    if result.foreign is not None:
+                        break
+                    if event.parent_id is not None:
+                        result.links.add(event.parent_id)
+                    result.links.update(event.links)
+                    errors = engine.stats.detector_errors
+                    result.findings.extend((event.id, f) for f in engine.feed((event,)))
+                    if engine.stats.detector_errors != errors:
+                        result.last_error = (event.id, engine.stats.last_error or "")
+                result.events += len(events)
+    finally:
+        conn.close()
+    result.detector_errors = engine.stats.detector_errors
+    return result
+
+
+@dataclass
+class Merged:
+    events: int
+    findings: list[Finding]
+    detector_errors: int
+    last_error: str | None
+    processes: int
+
+
+def check_in_parts(
+    path: Path, conn: sqlite3.Connection, run: str | None, only: Sequence[str] | None, workers: int
+) -> Merged | None:
+    """The findings of the whole trace, checked in parts on ``workers`` processes; None when the
+    trace does not split (one part, or something joins two: the caller checks it on one engine)."""
+    parts = plan_parts(conn, run, workers)
+    if len(parts) < 2:
+        return None
+    # Workers are ``python -m memtap.findings.part_worker`` children (not multiprocessing's: those
+    # import the caller's ``__main__`` again, or fork its threads): the part's arguments pickled
+    # on stdin, its result on stdout.
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "memtap.findings.part_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        for _ in parts
+    ]
+    results: list[PartResult] = []
+    try:
+        for child, names in zip(children, parts, strict=True):
+            assert child.stdin is not None
+            child.stdin.write(pickle.dumps((str(path), run, only, names)))
+            child.stdin.close()
+        for child in children:
+            assert child.stdout is not None
+            data = child.stdout.read()
+            if child.wait() != 0:
+                return None  # a worker failed (it said why on stderr): check on one engine
+            results.append(pickle.loads(data))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    if any(r.foreign is not None for r in results) or _joined(results) or _links_cross(conn, parts, results):
+        return None
+    errors = [r.last_error for r in results if r.last_error is not None]
+    return Merged(
+        events=sum(r.events for r in results),
+        findings=[f for _, f in merge(*(r.findings for r in results), key=lambda pair: pair[0])],
+        detector_errors=sum(r.detector_errors for r in results),
+        last_error=max(errors)[1] if errors else None,
+        processes=len(parts),
+    )
+
+
+def _joined(results: Sequence[PartResult]) -> bool:
+    """Whether two parts touched one item."""
+    seen: set[str] = set()
+    for result in results:
+        if not seen.isdisjoint(result.items):
+            return True
+        seen |= result.items
+    return False
+
+
+def _links_cross(
+    conn: sqlite3.Connection, parts: list[list[str | None]], results: Iterable[PartResult]
+) -> bool:
+    """Whether an event links to an event of another part."""
+    for names, result in zip(parts, results, strict=True):
+        mine = set(names)
+        linked = sorted(result.links)
+        for start in range(0, len(linked), 500):
+            chunk = linked[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for (namespace,) in conn.execute(f"SELECT namespace FROM events WHERE id IN ({marks})", chunk):
+                if namespace not in mine:
+                    return True
+    return False
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
