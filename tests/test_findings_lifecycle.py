@@ -175,3 +175,46 @@ async def test_an_update_made_of_a_delete_and_a_failing_add_is_lost_on_failure(d
 async def test_the_correct_backend_replacing_a_value_loses_nothing(db_path: Path) -> None:
     found = await _play(db_path, "", REPLACE_SCRIPT)
     assert _flagged(found) == []
+
+
+OFFICE = "Our office address is 88 King Road."
+MOVED = "That has changed. Our office address is 12 Harbour Street."
+CORRECTION_SCRIPT = [
+    (
+        "t1",
+        "create_entities",
+        {"entities": [{"name": "alice", "entityType": "person", "observations": [OFFICE]}]},
+    ),
+    ("t2", "add_observations", _add(MOVED)),
+]
+
+
+async def test_a_summarising_backend_that_merges_a_correction_into_the_old_value_is_flagged_stale(
+    db_path: Path,
+) -> None:
+    found = await _play(db_path, "lossy_update", CORRECTION_SCRIPT)
+    merged = observation_id("alice", f"{OFFICE} {MOVED}")
+    stale = [f for f in found if f.kind == "stale_coexistence"]
+    assert [(f.severity.label, f.item_ids) for f in stale] == [("medium", [merged])]
+    assert stale[0].evidence == {
+        "old_values": ["88 king road"],
+        "new_value": "12 harbour street",
+        "subject": "our office address is",
+        "stale_content": f"{OFFICE} {MOVED}",
+        "correction": f"{OFFICE} {MOVED}",
+    }
+    assert stale[0].summary == (
+        f"{merged} states 'our office address is' as '88 king road' and as '12 harbour street'"
+    )
+
+
+async def test_an_agent_that_replaces_the_corrected_value_on_the_correct_backend_leaves_nothing_stale(
+    db_path: Path,
+) -> None:
+    script = [CORRECTION_SCRIPT[0], ("t2", "delete_observations", _delete(OFFICE)), CORRECTION_SCRIPT[1]]
+    found = await _play(db_path, "", script)
+    assert [f for f in found if f.kind == "stale_coexistence"] == []
+    # Without the delete, the old observation is the stale one (another item), never the new one.
+    found = await _play(db_path.with_name("kept.db"), "", CORRECTION_SCRIPT)
+    stale = [f for f in found if f.kind == "stale_coexistence"]
+    assert [f.item_ids for f in stale] == [[observation_id("alice", OFFICE), observation_id("alice", MOVED)]]

@@ -197,3 +197,20 @@ def test_a_backend_whose_merges_lose_detail_is_measured_for_destructive_update(
     assert _counts(report)["erasure"] == (2, 0, 0, 0)
     destructive = report["detectors"]["detectors"]["destructive_update"]
     assert destructive["precision"] == destructive["recall"] == 1.0
+
+
+def test_a_summarising_backend_that_merges_a_correction_beside_the_old_value_is_measured_stale(
+    tmp_path: Path,
+) -> None:
+    """The summarising backend merges "That has changed. ..." into the observation that held the
+    old value: one item states both, which the gold counts as the superseded memory stored beside
+    its replacement and the detector flags. In life-003 the merged item lasts to the end; in
+    life-005 a later merge keeps only its first sentence, so the two coexist only until then, which
+    the gold counts too (the detector judges each write as it happens)."""
+    episodes = generate("lifecycle", seed=5, episodes=6)
+    suite = tmp_path / "lifecycle.jsonl"
+    write_suite([episodes[3], episodes[5]], suite)
+    config = tmp_path / "lossy.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("lossy_update")}}))
+    report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "lossy.db")
+    assert _counts(report)["stale_coexistence"] == (2, 0, 0, 0)

@@ -22,8 +22,13 @@ from memtap.findings.facts import (
 )
 from memtap.findings.model import Finding, Severity, Shape, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
-from memtap.findings.supersede import replaced_facts, states_change, superseded_findings
-from memtap.trace.models import EffectKind, Op, Role, TraceEvent
+from memtap.findings.supersede import (
+    replaced_facts,
+    self_superseded,
+    states_change,
+    superseded_findings,
+)
+from memtap.trace.models import EffectKind, MemoryEffect, Op, Role, TraceEvent
 
 __all__ = [
     "DestructiveUpdate",
@@ -228,7 +233,8 @@ class StaleCoexistence:
     rule = (
         "a write whose content (or the session's last user turn) is a correction naming an old value "
         "('from X', 'no longer X', 'instead of X', 'not X'), while another live item still states X; or "
-        "says something changed while a live item states the same subject with another value"
+        "says something changed while a live item states the same subject with another value, or "
+        "while the written item itself states it first with another value"
     )
 
     def wants(self, shape: Shape) -> bool:
@@ -271,7 +277,31 @@ class StaleCoexistence:
                         },
                     )
             if any(states_change(text) for text in sources):
+                yield from self._holds_both(event, eff, namespace, flagged)
                 yield from superseded_findings(self, event, eff, state, namespace, skip, flagged)
+
+    def _holds_both(
+        self, event: TraceEvent, eff: MemoryEffect, namespace: str, flagged: set[str]
+    ) -> Iterator[Finding]:
+        """The written item itself states a subject with its old value and then its new one."""
+        found = self_superseded(eff.content_after or "") if eff.item_id not in flagged else None
+        if found is None:
+            return
+        flagged.add(eff.item_id)
+        yield finding_for(
+            self,
+            event,
+            f"{eff.item_id} states {found.subject!r} as {found.old_value!r} and as {found.new_value!r}",
+            item_ids=[eff.item_id],
+            namespace=namespace,
+            evidence={
+                "old_values": [found.old_value],
+                "new_value": found.new_value,
+                "subject": found.subject,
+                "stale_content": eff.content_after,
+                "correction": eff.content_after,
+            },
+        )
 
 
 _STOPLIKE = frozenset({"a", "an", "the", "it", "that", "this", "be", "so", "sure", "really", "very"})

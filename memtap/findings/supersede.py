@@ -38,6 +38,7 @@ __all__ = [
     "clauses",
     "openings",
     "replaced_facts",
+    "self_superseded",
     "states_change",
     "superseded",
     "superseded_findings",
@@ -178,6 +179,21 @@ def first_superseded(mine: list[tuple[str, ...]], theirs: list[tuple[str, ...]])
             found = _compare(new, old)
             if found is not None:
                 return found
+    return None
+
+
+def self_superseded(text: str) -> Superseded | None:
+    """A clause of ``text`` that a later clause of the same text gives another value, the earlier
+    one a plain statement (no change cue of its own, so not "it changed from X"): a memory holding
+    the old value beside the new one, as a summarising memory that merges a correction into what
+    it held ("Our office is at 88 King Road. That has changed. Our office is at 12 Harbour
+    Street.")."""
+    said = clauses(text)
+    for j in range(1, len(said)):
+        plain = [c for c in said[:j] if not is_correction(" ".join(c))]
+        found = first_superseded([said[j]], plain) if plain else None
+        if found is not None:
+            return found
     return None
 
 

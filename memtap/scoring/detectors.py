@@ -11,8 +11,10 @@ the storage and retrieval counts the scorer already computes:
   (``erasure.erased``: a superseded memory none of whose holders was kept);
 - ``destructive_update``: an over-update (``over.overwritten``) or any update whose new content
   no longer holds a gold memory its old content held while that memory was still valid;
-- ``stale_coexistence``: an under-update in the coexistence sense: at the episode's end a
-  superseded memory is still stored next to the memory that replaced it;
+- ``stale_coexistence``: an under-update in the coexistence sense: from the session that wrote a
+  replacing memory on, some session ends with the superseded memory stored next to it (at the
+  episode's end, or until a later write took one of the two away: the detector judges each write
+  as it happens);
 - ``leak_retrieval``: a retrieval leak (``leak.leaked``: a probe returned an item the requester
   may not see, by tags or by the fact it holds);
 - ``leak_injection``: an answer leak (``permission.deny_leaked``), only on a chat agent's run
@@ -60,11 +62,16 @@ def _destructive(view: StorageView, counts: Counts) -> bool:
 
 
 def _stale(view: StorageView, counts: Counts) -> bool:
+    """From the session that created a replacing memory on (the detector judges each write as it
+    happens), some session ends with it stored beside the memory it replaced."""
     gold = view.trace.episode.gold_memory
     end = len(view.trace.episode.sessions)
     for key, memory in gold.items():
+        since = max(0, view.aligner.created[key])
         for old in memory.replaces:
-            if old in gold and view.stored_at(key, end) and view.stored_at(old, end):
+            if old in gold and any(
+                view.stored_at(key, pos) and view.stored_at(old, pos) for pos in range(since, end + 1)
+            ):
                 return True
     return False
 
