@@ -294,13 +294,7 @@ class StaleCoexistence:
             f"{eff.item_id} states {found.subject!r} as {found.old_value!r} and as {found.new_value!r}",
             item_ids=[eff.item_id],
             namespace=namespace,
-            evidence={
-                "old_values": [found.old_value],
-                "new_value": found.new_value,
-                "subject": found.subject,
-                "stale_content": eff.content_after,
-                "correction": eff.content_after,
-            },
+            evidence=found.evidence(eff.content_after, eff.content_after),
         )
 
 

@@ -100,6 +100,16 @@ class Superseded:
     old_clause: str
     new_clause: str
 
+    def evidence(self, stale_content: str | None, correction: str | None) -> dict[str, object]:
+        """A ``stale_coexistence`` finding's evidence for this pair of clauses."""
+        return {
+            "old_values": [self.old_value],
+            "new_value": self.new_value,
+            "subject": self.subject,
+            "stale_content": stale_content,
+            "correction": correction,
+        }
+
 
 def _shared_ends(new: tuple[str, ...], old: tuple[str, ...]) -> tuple[int, int]:
     """How many words two clauses share at their start, and then at their end."""
@@ -241,11 +251,5 @@ def superseded_findings(
             item_ids=[item.item_id, eff.item_id],
             event_ids=[event.id, item.event_id],
             namespace=namespace,
-            evidence={
-                "old_values": [found.old_value],
-                "new_value": found.new_value,
-                "subject": found.subject,
-                "stale_content": item.content,
-                "correction": eff.content_after,
-            },
+            evidence=found.evidence(item.content, eff.content_after),
         )
