@@ -204,6 +204,19 @@ class StdioConnection:
         with contextlib.suppress(UpstreamError, ConnectionError):
             self._write(message)
 
+    async def _broken(self) -> Unavailable:
+        """The pipe broke before the reader saw the end: wait (briefly) until the exit is observed,
+        so the error says how the upstream ended."""
+        with anyio.move_on_after(_CLOSE_GRACE_S):
+            await self.closed.wait()
+        return Unavailable(self.describe_exit(), upstream=self.name)
+
+    async def _cancel(self, request_ids: list[int], timeout: float) -> None:
+        """Tell the upstream that memtap gave up on these requests after ``timeout`` seconds."""
+        reason = f"memtap: timed out after {timeout:g} s"
+        for request_id in request_ids:
+            await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+
     async def request(self, method: str, params: dict[str, Any] | None, *, timeout: float) -> dict[str, Any]:
         if self.closed.is_set():
             raise Unavailable(self.describe_exit(), upstream=self.name)
@@ -221,14 +234,9 @@ class StdioConnection:
             async with asyncio.timeout(timeout):  # cheaper than an anyio cancel scope, on the hot path
                 return await future
         except (ConnectionError, RuntimeError, Unavailable):
-            # The pipe broke before the reader saw the end: wait (briefly) until the exit is
-            # observed, so the error says how the upstream ended.
-            with anyio.move_on_after(_CLOSE_GRACE_S):
-                await self.closed.wait()
-            raise Unavailable(self.describe_exit(), upstream=self.name) from None
+            raise await self._broken() from None
         except TimeoutError:
-            reason = f"memtap: timed out after {timeout:g} s"
-            await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+            await self._cancel([request_id], timeout)
             raise UpstreamTimeout(
                 f"upstream {self.name!r} did not answer {method} within {timeout:g} s", upstream=self.name
             ) from None
@@ -271,14 +279,9 @@ class StdioConnection:
                     raise error
             return results
         except (ConnectionError, RuntimeError, Unavailable):
-            with anyio.move_on_after(_CLOSE_GRACE_S):
-                await self.closed.wait()
-            raise Unavailable(self.describe_exit(), upstream=self.name) from None
+            raise await self._broken() from None
         except TimeoutError:
-            reason = f"memtap: timed out after {timeout:g} s"
-            for request_id, future in futures:
-                if not future.done():
-                    await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+            await self._cancel([request_id for request_id, future in futures if not future.done()], timeout)
             raise UpstreamTimeout(
                 f"upstream {self.name!r} did not answer {len(futures)} pipelined {method} in {timeout:g} s",
                 upstream=self.name,
