@@ -162,3 +162,36 @@ async def test_lean_reading_keeps_everything_the_detectors_read(serve_memtap: Se
         assert _detector_view(a, keep) == _detector_view(b, keep)
         if not keep:
             assert b.arguments == {}  # not parsed: no rule reads them
+
+
+class _SeesEverything:
+    """A detector shown every event, whatever its ``wants`` says (the engine before it chose)."""
+
+    def __init__(self, detector: Any) -> None:
+        self.detector = detector
+        self.name, self.severity, self.rule = detector.name, detector.severity, detector.rule
+
+    def wants(self, shape: Any) -> bool:
+        return True
+
+    def observe(self, event: Any, state: Any) -> Any:
+        return self.detector.observe(event, state)
+
+
+async def test_showing_each_detector_only_the_events_it_wants_loses_no_finding(serve_memtap: Serve) -> None:
+    served = serve_memtap()
+    await _traffic(served)
+    served.settle()
+    store = TraceStore(served.db)
+    try:
+        events, _ = read_page(store.db.conn, after=None, limit=10_000)
+    finally:
+        store.close()
+    canaries = [Canary("CANARY-7f3a9c")]
+    chosen = Engine(make_detectors(canaries))
+    found = chosen.feed(events)
+    everything = Engine([_SeesEverything(d) for d in make_detectors(canaries)]).feed(events)  # type: ignore[misc]
+    assert len({f.kind for f in found}) >= 8
+    assert _as_compared(found) == _as_compared(everything)
+    # ... while most detectors were spared most events (what the choice is for).
+    assert sum(len(chosen.detectors_for(e)) for e in events) < len(events) * len(chosen.detectors) / 2
