@@ -25,8 +25,13 @@ Part 2 measures the recorder on its own: N synthetic ``memory_add`` events (each
 add effect) submitted as fast as possible, then ``flush()``, then the rows in the
 database are counted to prove nothing was lost. Then N/5 ``memory_search`` events with
 10 retrieve effects each (over the items just added) go the same way. It also runs durable mode
-(``durable=True``, 32 asyncio tasks awaiting ``record()``; and one task, which is one
-commit per event, with the replay's events and with a live client's: no run, no session).
+(``durable=True``, 32 asyncio tasks awaiting ``record()``; and one task, with the replay's events
+and with a live client's: no run, no session). Each one-task row runs twice in the same run:
+through the durable journal (one ``pwrite`` + ``fdatasync`` of ``<db>.journal`` per event, the
+events inserted 64 at a time: the default) and with one synced commit per event (the path
+before the journal, ``MEMTAP_DURABLE_JOURNAL=0``); the CPU column is process time (every thread)
+per event, which a busy machine changes far less than the wall clock. ``--no-journal`` runs
+every durable row on the commit path only.
 The target is at least 10,000 events/s sustained with zero loss.
 Last, one client awaits each durable ``memory_add`` through ``MemoryService``, twice: with
 the builtin memory in the trace's file (the write and its event commit in one transaction)
@@ -737,6 +742,7 @@ class RecorderRow:
     overflow_waits: int
     batches: int
     rows_ok: bool
+    cpu_s: float | None = None  # process time (all threads) over the timed part
 
 
 def burst(path: Path, events: Sequence[Any]) -> RecorderRow:
@@ -768,10 +774,12 @@ def burst(path: Path, events: Sequence[Any]) -> RecorderRow:
         recorder.close()
 
 
-async def durable_run(path: Path, events: Sequence[Any], tasks: int) -> RecorderRow:
+async def durable_run(path: Path, events: Sequence[Any], tasks: int, journal: bool = True) -> RecorderRow:
+    """``tasks`` tasks awaiting each durable ``record()``; the time runs until the last is answered
+    and, through the journal, until the journaled events are in the database too (``flush()``)."""
     from memtap.trace.writer import Recorder
 
-    recorder = Recorder(path, durable=True).start()
+    recorder = Recorder(path, durable=True, journal=journal).start()
     try:
         chunks = [events[i::tasks] for i in range(tasks)]
 
@@ -779,12 +787,14 @@ async def durable_run(path: Path, events: Sequence[Any], tasks: int) -> Recorder
             for event in chunk:
                 await recorder.record(event)
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(worker(chunk) for chunk in chunks))
-        total = time.perf_counter() - t0
+        if not await asyncio.to_thread(recorder.flush, 60):
+            raise RuntimeError(f"flush timed out: {recorder.stats_dict()}")
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
         stats = recorder.stats
         return RecorderRow(
-            "", len(events), None, total, stats.written, stats.overflow_waits, stats.batches, True
+            "", len(events), None, total, stats.written, stats.overflow_waits, stats.batches, True, cpu
         )
     finally:
         recorder.close()
@@ -814,6 +824,8 @@ async def durable_service_run(trace: Path, memory: Path, n: int, seed: int) -> R
             )
             if outcome.is_error:
                 raise RuntimeError(outcome.value)
+        if not await asyncio.to_thread(recorder.flush, 60):  # the journaled events into the database too
+            raise RuntimeError(f"flush timed out: {recorder.stats_dict()}")
         total = time.perf_counter() - t0
         stats = recorder.stats
         return RecorderRow(
@@ -847,7 +859,7 @@ def served_loop() -> str:
     return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
 
 
-def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
+def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int, journal: bool = True) -> None:
     print(
         "\n== Part 2: recorder throughput (target >= 10,000 events/s sustained, zero loss);"
         f" tmp on {fs_of(tmp)}"
@@ -883,29 +895,34 @@ def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
     # The durable rows run on the loop the servers run on (uvloop when installed): each durable
     # call is two thread hops (to the writer and back), which the loop's wake-up cost is part of.
     loop = served_loop()
-    row = run_as_served(durable_run(tmp / "durable32.db", durable_events[:n_durable], tasks=32))
+    row = run_as_served(
+        durable_run(tmp / "durable32.db", durable_events[:n_durable], tasks=32, journal=journal)
+    )
     row.label = f"durable: 32 tasks awaiting record() ({loop})"
     row.rows_ok = count_rows(tmp / "durable32.db", "events") == n_durable
     rows.append(row)
-
-    row = asyncio.run(durable_run(tmp / "durable1-asyncio.db", durable_events[n_durable:], tasks=1))
-    row.label = "durable: 1 task awaiting record() (asyncio)"
-    row.rows_ok = count_rows(tmp / "durable1-asyncio.db", "events") == n_serial
-    rows.append(row)
-    row = run_as_served(durable_run(tmp / "durable1.db", durable_events[n_durable:], tasks=1))
-    row.label = f"durable: 1 task awaiting record() ({loop})"
-    row.rows_ok = count_rows(tmp / "durable1.db", "events") == n_serial
-    rows.append(row)
-    single = row
 
     # The same events as a live client's calls record them: no run, no session (m028 leaves
     # such calls out of the run and session indexes).
     live = [e.model_copy(update={"context": type(e.context)(principal="local", namespace=NS)}) for e in
             synthetic_events(n_serial, seed=5)]  # fmt: skip
-    row = run_as_served(durable_run(tmp / "durable1live.db", live, tasks=1))
-    row.label = f"durable: 1 task awaiting record(), live calls ({loop})"
-    row.rows_ok = count_rows(tmp / "durable1live.db", "events") == n_serial
-    rows.append(row)
+    singles: dict[tuple[str, bool], RecorderRow] = {}
+    paths = (True, False) if journal else (False,)
+    # Journal and commit paths alternate, so a change in the machine's load hits both.
+    for name, how, events in (
+        ("asyncio", asyncio.run, durable_events[n_durable:]),
+        (loop, run_as_served, durable_events[n_durable:]),
+        (f"{loop}, live calls", run_as_served, live),
+    ):
+        for through_journal in paths:
+            db = tmp / f"durable1-{len(singles)}.db"
+            row = how(durable_run(db, events, tasks=1, journal=through_journal))
+            path_name = "journal" if through_journal else "commit each"
+            row.label = f"durable: 1 task awaiting record() ({name}; {path_name})"
+            row.rows_ok = count_rows(db, "events") == n_serial
+            rows.append(row)
+            singles[(name, through_journal)] = row
+    single = singles[(loop, journal)]
 
     for label, memory in (
         ("durable: 1 client, memory_add, write+event in 1 commit", tmp / "joined.db"),
@@ -934,6 +951,7 @@ def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
                 "yes" if r.rows_ok and r.written == r.events else "NO",
                 r.overflow_waits,
                 f"{r.events / max(1, r.batches):.0f}",
+                f"{r.cpu_s * 1e6 / r.events:.1f}" if r.cpu_s is not None else "-",
             ]
         )
     heads = [
@@ -946,6 +964,7 @@ def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
         "rows ok",
         "overflow_waits",
         "ev/batch",
+        "cpu us/event",
     ]
     print(table(heads, out))
     baseline = rows[0].events / rows[0].total_s
@@ -964,11 +983,24 @@ def recorder_run(tmp: Path, n: int, n_durable: int, n_serial: int) -> None:
     rate = single.events / single.total_s
     verdict = "meets" if rate >= 2_000 and single.rows_ok else "MISSES"
     flush_us = fdatasync_us(tmp)
+    if journal:
+        for name in ("asyncio", loop, f"{loop}, live calls"):
+            new, old = singles[(name, True)], singles[(name, False)]
+            assert new.cpu_s is not None and old.cpu_s is not None
+            print(
+                f"durable, 1 task ({name}): journal {new.events / new.total_s:,.0f} ev/s,"
+                f" {new.cpu_s * 1e6 / new.events:.0f} us CPU/event; commit each"
+                f" {old.events / old.total_s:,.0f} ev/s, {old.cpu_s * 1e6 / old.events:.0f} us CPU/event;"
+                f" journal/commit: {old.total_s / new.total_s:.2f}x events/s,"
+                f" {new.cpu_s / old.cpu_s:.2f}x CPU per event"
+            )
+    path_name = "through the journal" if journal else "one synced commit per event"
     print(
-        f"durable, one task awaiting each record() ({loop}): {rate:,.0f} events/s:"
-        f" {verdict} the 2,000 events/s target (issue 14 measured 1,717 before; one synced commit"
-        f" per event; a bare fdatasync of 16 pages on this file system took {flush_us:,.0f} us in this"
-        f" run (median), which bounds one caller at about {1e6 / flush_us:,.0f} events/s)"
+        f"durable, one task awaiting each record() ({loop}, {path_name}): {rate:,.0f} events/s"
+        f" (flushed into the database): {verdict} the 2,000 events/s target (issue 14 measured 1,717"
+        f" before, with one synced commit per event; a bare fdatasync of 16 pages on this file system"
+        f" took {flush_us:,.0f} us in this run (median), which bounds one commit per event at about"
+        f" {1e6 / flush_us:,.0f} events/s)"
     )
 
 
@@ -1011,6 +1043,11 @@ def main() -> None:
         choices=("latency", "recorder", "auth"),
         help="run only this part (1 latency, 2 recorder, 3 auth); repeat for several (default: all)",
     )
+    parser.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="durable rows with one synced commit per event only (the path before the durable journal)",
+    )
     parser.add_argument("--serve-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_floor is not None:
@@ -1037,7 +1074,7 @@ def main() -> None:
         if "latency" in parts:
             asyncio.run(latency_run(Path(tmp), rounds, per_round, seed_items))
         if "recorder" in parts:
-            recorder_run(Path(tmp), n_events, n_durable, n_serial)
+            recorder_run(Path(tmp), n_events, n_durable, n_serial, journal=not args.no_journal)
     if "auth" not in parts:
         print(f"\ndone in {time.perf_counter() - started:.1f} s")
         return

@@ -3,6 +3,10 @@ a commit that fails is an error to the caller, never an answer that looks acknow
 
 A trigger that refuses every insert into ``events`` stands in for a trace that cannot be
 committed (a damaged or refusing database): a permanent error, so the event is spilled at once.
+
+These tests run on the path where each caller waits for its commit (``MEMTAP_DURABLE_JOURNAL=0``):
+through the durable journal a lone call is answered once its event is in the synced journal, and
+a database that refuses it afterwards spills it (tests/test_durable_journal.py covers that path).
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from served import ServedMemtap
 from memtap.trace.store import TraceStore
 
 Serve = Callable[..., ServedMemtap]
+
+
+@pytest.fixture(autouse=True)
+def _commit_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMTAP_DURABLE_JOURNAL", "0")  # read by every Recorder these tests start
 HELLO = [{"role": "user", "content": "Say hello [chunks 5]"}]
 LOCAL = {"embeddings": {"tiny": {"provider": "hashing", "options": {"dimensions": 16}}}}
 

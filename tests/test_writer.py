@@ -12,6 +12,7 @@ from trace_builder import add_event
 from memtap.adapters.builtin import BuiltinBackend
 from memtap.errors import StoreError
 from memtap.proxy.service import MemoryService
+from memtap.trace.journal import peek
 from memtap.trace.store import TraceStore
 from memtap.trace.writer import Recorder
 
@@ -63,7 +64,7 @@ def test_submit_after_close_is_an_error_not_a_silent_drop(db_path: Path) -> None
 
 @pytest.mark.anyio
 async def test_durable_record_returns_only_after_commit(db_path: Path) -> None:
-    recorder = Recorder(db_path, durable=True).start()
+    recorder = Recorder(db_path, durable=True, journal=False).start()
     event = add_event(1)
     await recorder.record(event)
     reader = TraceStore(db_path)
@@ -73,11 +74,25 @@ async def test_durable_record_returns_only_after_commit(db_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_durable_record_returns_once_its_event_is_in_the_synced_journal_or_the_database(
+    db_path: Path,
+) -> None:
+    recorder = Recorder(db_path, durable=True, journal_linger_s=60).start()
+    event = add_event(1)
+    await recorder.record(event)
+    in_journal = [e.id for e in peek(recorder.journal_path)]  # inserted only on flush: no linger ran out
+    assert in_journal == [event.id] and _count(db_path) == 0
+    assert recorder.flush(10)
+    assert _count(db_path) == 1 and peek(recorder.journal_path) == []
+    recorder.close()
+
+
+@pytest.mark.anyio
 async def test_a_locked_database_is_retried_until_it_frees(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "100")
-    recorder = Recorder(db_path, durable=True, retry_for_s=30).start()
+    recorder = Recorder(db_path, durable=True, journal=False, retry_for_s=30).start()
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
     blocker.execute("BEGIN EXCLUSIVE")
     pending = asyncio.ensure_future(recorder.record(add_event(1)))
@@ -97,7 +112,7 @@ async def test_events_that_cannot_be_written_are_spilled_to_a_file_and_reported(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "100")
-    recorder = Recorder(db_path, durable=True, retry_for_s=0).start()
+    recorder = Recorder(db_path, durable=True, journal=False, retry_for_s=0).start()
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
     blocker.execute("BEGIN EXCLUSIVE")
     event = add_event(7)
@@ -136,7 +151,7 @@ async def test_a_durable_call_whose_commit_fails_tells_the_caller(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "50")
-    recorder = Recorder(db_path, durable=True, retry_for_s=0).start()
+    recorder = Recorder(db_path, durable=True, journal=False, retry_for_s=0).start()
     backend = BuiltinBackend(tmp := db_path.with_name("memory.db"))
     service = MemoryService(backend, recorder)
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)

@@ -15,6 +15,15 @@ when its transaction failed, never after it committed.
 
 A write of the builtin backend commits its event in its own transaction (see
 :mod:`memtap.trace.calls`); :meth:`Recorder.count_committed` counts such events here too.
+
+Durable mode with the journal (the default; ``MEMTAP_DURABLE_JOURNAL=0`` turns it off): a
+small batch (a lone caller's event) is appended to the synced journal beside the database
+(:mod:`memtap.trace.journal`) and answered; the journaled events are inserted into the
+database in one commit when 64 are waiting, when no event came for ``journal_linger_s``, on
+``flush()`` and ``close()``, before the journal would overflow, and together with the next
+larger batch (which commits as before), so they reach the tables in the order they came.
+A journaled event counts as written once it is in the tables; after a crash the next
+recorder on the database puts the journal's events in first.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -33,6 +43,7 @@ from pathlib import Path
 
 from memtap.errors import StoreError
 from memtap.trace.after import AnsweredFirst
+from memtap.trace.journal import JOURNAL_BYTES, Journal, JournalBusy, journal_path, recover
 from memtap.trace.models import TraceEvent
 from memtap.trace.privacy import TracePrivacy
 from memtap.trace.store import TraceStore
@@ -42,6 +53,7 @@ __all__ = ["Recorder", "RecorderStats"]
 log = logging.getLogger("memtap.recorder")
 
 _STOP = object()
+_FLUSH = object()  # put by flush(): insert the journaled events now
 
 # An event and who waits for its commit: a caller of submit(), a durable caller of record()
 # (a future of its event loop), or nobody.
@@ -72,6 +84,10 @@ class RecorderStats:
     open_calls: int = 0
     # Calls whose caller went away (cancelled) while served or while waiting for a durable commit.
     cancelled: int = 0
+    # Durable events answered once in the synced journal (then inserted in batches).
+    journaled: int = 0
+    # Events found in the journal at start (a crash before they were inserted) and inserted then.
+    recovered: int = 0
     last_error: str | None = None
 
     def as_dict(self, queue_depth: int) -> dict[str, object]:
@@ -91,6 +107,11 @@ class Recorder:
         retry_for_s: float = 30.0,
         linger_s: float = 0.005,
         max_linger_s: float = 0.05,
+        journal: bool | None = None,
+        journal_bytes: int = JOURNAL_BYTES,
+        journal_batch: int = 4,
+        journal_pending: int = 64,
+        journal_linger_s: float = 0.01,
     ) -> None:
         self.path = Path(path)
         self.real_path = self.path.resolve()  # what a backend writing the same file compares
@@ -122,19 +143,83 @@ class Recorder:
         # Called on the writer thread with each committed batch (live findings): a callback
         # must only hand the events on, never block; one that raises is logged and skipped.
         self.after_commit: list[Callable[[list[TraceEvent]], None]] = []
+        # The durable journal (see the module's docstring): batches of at most journal_batch
+        # events go to it while the database takes commits; None when not in use.
+        if journal is None:
+            journal = os.environ.get("MEMTAP_DURABLE_JOURNAL", "1").lower() not in ("0", "false", "no", "off")
+        self.use_journal = durable and journal
+        self.journal_bytes = journal_bytes
+        self.journal_batch = journal_batch
+        self.journal_pending = journal_pending
+        self.journal_linger_s = journal_linger_s
+        self._journal: Journal | None = None
+        self._pending: list[TraceEvent] = []  # journaled, not yet in the tables (writer thread only)
+        self._healthy = True  # the last commit succeeded: while not, batches skip the journal
+        self._unsaved = 0  # events neither written nor spilled (the spill file failed too)
 
     @property
     def spill_path(self) -> Path:
         return self.path.with_name(self.path.name + ".unwritten.jsonl")
 
+    @property
+    def journal_path(self) -> Path:
+        return journal_path(self.path)
+
     def start(self) -> Recorder:
-        """Open the store (raising StoreError now if it cannot be used) and start writing."""
+        """Open the store (raising StoreError now if it cannot be used), put in the events a
+        crashed process left in the journal, and start writing."""
         if self._thread is not None:
             return self
         self._store = TraceStore(self.path, durable=self.durable, check_same_thread=False)
+        try:
+            self._open_journal(self._store)
+        except BaseException:
+            self._store.close()
+            self._store = None
+            raise
         self._thread = threading.Thread(target=self._run, name="memtap-recorder", daemon=True)
         self._thread.start()
         return self
+
+    def _open_journal(self, store: TraceStore) -> None:
+        """Recover the journal a previous process left, then keep it (durable) or remove it."""
+        path = self.journal_path
+        if not self.use_journal and not path.exists():
+            return
+        try:
+            journal = Journal.open(path, create=self.use_journal, size=self.journal_bytes, mode_of=self.path)
+        except JournalBusy:  # another process on this database uses it (and recovers it)
+            log.warning("%s is in use by another memtap; durable events commit to the database", path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.warning(
+                "durable journal %s cannot be used (%s); durable events commit to the database", path, exc
+            )
+            return
+        try:
+            found = recover(store, journal)
+            if found:
+                self.stats.recovered = found
+                log.warning(
+                    "recovered %d events from the durable journal %s (a crash before they were inserted)",
+                    found,
+                    path,
+                )
+            if self.use_journal:
+                journal.wipe()
+                self._journal = journal
+                return
+            path.unlink()  # not durable now: the journal is not needed
+        except OSError as exc:
+            log.warning(
+                "durable journal %s cannot be used (%s); durable events commit to the database", path, exc
+            )
+        except BaseException:
+            journal.close()
+            raise
+        journal.close()
 
     def _check_running(self, event: TraceEvent) -> None:
         if self._thread is None or self._closing.is_set():
@@ -203,6 +288,9 @@ class Recorder:
         answered before they were recorded included (call it from another thread than their loop's)."""
         deadline = time.monotonic() + timeout
         self._wake.set()
+        if self.use_journal:
+            with contextlib.suppress(queue.Full):  # a full queue: the writer is busy and inserts them soon
+                self._queue.put_nowait(_FLUSH)
         with self._idle:
             stats = self.stats
             while self.answered_first.pending or stats.written + stats.spilled < stats.submitted:
@@ -250,11 +338,16 @@ class Recorder:
     def _run(self) -> None:
         stopping = False
         while not stopping:
-            first = self._queue.get()
+            try:  # journaled events waiting: insert them once no event came for a while
+                first = self._queue.get(timeout=self.journal_linger_s) if self._pending else self._queue.get()
+            except queue.Empty:
+                self._guarded(self._write, [])
+                continue
             batch: list[_Entry] = []
+            flush = first is _FLUSH
             if first is _STOP:
                 stopping = True
-            else:
+            elif not flush:
                 batch.append(first)  # type: ignore[arg-type]
             while len(batch) < self.batch_size and not stopping:
                 try:
@@ -263,16 +356,58 @@ class Recorder:
                     break
                 if item is _STOP:
                     stopping = True
-                    continue
-                batch.append(item)  # type: ignore[arg-type]
-            if batch:
-                try:
-                    self._write(batch)
-                except Exception as exc:  # never let the writer die: later events must still be written
-                    log.exception("recorder: unexpected failure writing a batch")
-                    self._settle(batch, StoreError(f"recorder failure: {type(exc).__name__}: {exc}"))
+                elif item is _FLUSH:
+                    flush = True
+                else:
+                    batch.append(item)  # type: ignore[arg-type]
+            if batch and self._journaled(batch):
+                batch = []
+            if batch or (self._pending and (flush or stopping or len(self._pending) >= self.journal_pending)):
+                self._guarded(self._write, batch)
             if self.linger_s and not stopping:
                 self._gather(len(batch))
+        if (
+            self._journal is not None
+        ):  # empty now, unless a write failed unexpectedly: then the next start recovers them
+            self._journal.close()
+            self._journal = None
+
+    def _guarded(self, write: Callable[[list[_Entry]], None], batch: list[_Entry]) -> None:
+        try:
+            write(batch)
+        except Exception as exc:  # never let the writer die: later events must still be written
+            log.exception("recorder: unexpected failure writing a batch")
+            self._settle(batch, StoreError(f"recorder failure: {type(exc).__name__}: {exc}"))
+
+    def _journaled(self, batch: list[_Entry]) -> bool:
+        """Append a small batch to the synced journal and answer it; False: commit it instead."""
+        journal = self._journal
+        if journal is None or not self._healthy or len(batch) > self.journal_batch:
+            return False
+        try:
+            payloads = [event.model_dump_json().encode() for event, _ in batch]
+            if not journal.fits(payloads):
+                return False  # committed with the journaled ones, after which the journal is empty
+            journal.append(payloads)
+        except OSError as exc:
+            self._stop_journal(f"writing it failed: {exc}")
+            return False
+        self._pending.extend(event for event, _ in batch)
+        with self._idle:
+            self.stats.journaled += len(batch)
+        self._settle(batch, None)
+        return True
+
+    def _stop_journal(self, why: str) -> None:
+        """Stop using the journal (once, said in the log); its records stay for the next start."""
+        log.error(
+            "durable journal %s: %s; durable events commit to the database from now on",
+            self.journal_path,
+            why,
+        )
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
     def _gather(self, written: int) -> None:
         """After a batch of ``written`` events: adapt the linger and let the next batch gather.
@@ -291,6 +426,26 @@ class Recorder:
         self._wake.clear()  # a flush() that came during the wait is served by the next drain
 
     def _write(self, batch: list[_Entry]) -> None:
+        """Commit ``batch`` after the journaled events (in one transaction), then reset the journal."""
+        if not self._pending:
+            self._write_batch(batch)
+            return
+        pending, self._pending = self._pending, []
+        unsaved, spilled = self._unsaved, self.stats.spilled
+        self._write_batch([(event, None) for event in pending] + batch)
+        if self._journal is None:
+            return
+        if self._unsaved != unsaved:  # only the journal holds some of them now: keep it
+            self._stop_journal(
+                "some journaled events could not be written nor spilled; it keeps them for the next start"
+            )
+            return
+        try:
+            self._journal.reset(sync=self.stats.spilled != spilled)
+        except OSError as exc:
+            self._stop_journal(f"resetting it failed: {exc}")
+
+    def _write_batch(self, batch: list[_Entry]) -> None:
         events = [event for event, _ in batch]
         error = self._commit(events)
         if error is None:
@@ -320,6 +475,7 @@ class Recorder:
                 self._store.write_events(events)
             except StoreError as exc:
                 self.stats.last_error = str(exc)
+                self._healthy = False
                 if not exc.transient:
                     return exc  # retrying cannot help
                 self.stats.write_retries += 1
@@ -333,6 +489,7 @@ class Recorder:
             except Exception as exc:  # not a database error: a bug; the batch is written event by event
                 log.exception("recorder: unexpected failure writing %d events", len(events))
                 return StoreError(f"{type(exc).__name__}: {exc}")
+            self._healthy = True
             # Before the batch counts as written, so whoever flushed the recorder finds it handed on.
             self._after_commit(events)
             with self._idle:
@@ -366,10 +523,13 @@ class Recorder:
                 for event in events:
                     data = event.model_dump(mode="python")
                     fh.write(json.dumps(data, ensure_ascii=True, default=str) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())  # acknowledged events may have only this copy once the journal resets
             log.error("%d events could not be written (%s); saved to %s", len(events), error, self.spill_path)
             where = f"the event was saved to {self.spill_path}"
         except OSError as exc:  # the spill file failed too: say so loudly
             log.critical("%d events lost: %s; and spill failed: %s", len(events), error, exc)
+            self._unsaved += len(events)
             where = f"the event could not be saved to {self.spill_path} either ({exc}) and is lost"
         with self._idle:
             self.stats.spilled += len(events)
