@@ -17,6 +17,11 @@ What is removed, in one write transaction:
 Then one receipt per item goes to ``purge_receipts``, the WAL is checkpointed and truncated,
 and the file is vacuumed with ``secure_delete`` on, so no freed page keeps a byte of it.
 
+Before that, the durable journal beside the database (``<db>.journal``) is settled: when no
+process holds it, the events in it are put into the database (to be purged with the rest) and
+the whole file is zeroed; a running writer zeroes each record once it is in the database, so a
+purge beside it waits (up to 10 s) until its journal holds no record. The spill file is scrubbed.
+
 Left alone, and said so in docs/privacy.md: wrapped upstream servers' own storage, the copy of
 a suite's gold kept for scoring (``suite_episodes``), other items that happen to contain the
 same text, and spans a running process has already exported.
@@ -36,6 +41,7 @@ from typing import Any
 from memtap.errors import ConfigError, StoreError
 from memtap.ids import new_id
 from memtap.jsontext import json_text
+from memtap.trace.journal import settle_journal
 from memtap.trace.models import utc_now
 from memtap.trace.privacy import reduce_bodies
 from memtap.trace.scrub import RECEIPT_PREFIXES, Scrubber, metadata_texts, scrub_spill, stamp
@@ -345,6 +351,9 @@ def purge(
         raise ConfigError("purge takes either --namespace or one or more --item")
     if not db.exists():
         raise ConfigError(f"no memtap database at {db}")
+    # Events a durable writer answered through its journal but had not yet put into the tables
+    # are put in first, so they are purged too, and the journal's bytes are zeroed.
+    settle_journal(db)
     TraceStore(db).close()  # apply pending migrations (the receipts table)
     scope = f"namespace:{namespace}" if namespace is not None else "items"
     report = PurgeReport(purge_id=new_id(), scope=scope, items=[], dry_run=dry_run)
