@@ -43,7 +43,8 @@ from pathlib import Path
 
 from memtap.errors import StoreError
 from memtap.trace.after import AnsweredFirst
-from memtap.trace.journal import JOURNAL_BYTES, Journal, JournalBusy, journal_path, recover
+from memtap.trace.journal import JOURNAL_BYTES
+from memtap.trace.lane import JournalLane
 from memtap.trace.models import TraceEvent
 from memtap.trace.privacy import TracePrivacy
 from memtap.trace.store import TraceStore
@@ -143,18 +144,17 @@ class Recorder:
         # Called on the writer thread with each committed batch (live findings): a callback
         # must only hand the events on, never block; one that raises is logged and skipped.
         self.after_commit: list[Callable[[list[TraceEvent]], None]] = []
-        # The durable journal (see the module's docstring): batches of at most journal_batch
-        # events go to it while the database takes commits; None when not in use.
+        # The durable journal (see the module's docstring and trace/lane.py).
         if journal is None:
             journal = os.environ.get("MEMTAP_DURABLE_JOURNAL", "1").lower() not in ("0", "false", "no", "off")
-        self.use_journal = durable and journal
-        self.journal_bytes = journal_bytes
-        self.journal_batch = journal_batch
-        self.journal_pending = journal_pending
-        self.journal_linger_s = journal_linger_s
-        self._journal: Journal | None = None
-        self._pending: list[TraceEvent] = []  # journaled, not yet in the tables (writer thread only)
-        self._healthy = True  # the last commit succeeded: while not, batches skip the journal
+        self.lane = JournalLane(
+            self.path,
+            enabled=durable and journal,
+            size=journal_bytes,
+            batch=journal_batch,
+            pending_max=journal_pending,
+            linger_s=journal_linger_s,
+        )
         self._unsaved = 0  # events neither written nor spilled (the spill file failed too)
 
     @property
@@ -163,7 +163,7 @@ class Recorder:
 
     @property
     def journal_path(self) -> Path:
-        return journal_path(self.path)
+        return self.lane.path
 
     def start(self) -> Recorder:
         """Open the store (raising StoreError now if it cannot be used), put in the events a
@@ -172,7 +172,7 @@ class Recorder:
             return self
         self._store = TraceStore(self.path, durable=self.durable, check_same_thread=False)
         try:
-            self._open_journal(self._store)
+            self.stats.recovered = self.lane.open(self._store)
         except BaseException:
             self._store.close()
             self._store = None
@@ -180,46 +180,6 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="memtap-recorder", daemon=True)
         self._thread.start()
         return self
-
-    def _open_journal(self, store: TraceStore) -> None:
-        """Recover the journal a previous process left, then keep it (durable) or remove it."""
-        path = self.journal_path
-        if not self.use_journal and not path.exists():
-            return
-        try:
-            journal = Journal.open(path, create=self.use_journal, size=self.journal_bytes, mode_of=self.path)
-        except JournalBusy:  # another process on this database uses it (and recovers it)
-            log.warning("%s is in use by another memtap; durable events commit to the database", path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.warning(
-                "durable journal %s cannot be used (%s); durable events commit to the database", path, exc
-            )
-            return
-        try:
-            found = recover(store, journal)
-            if found:
-                self.stats.recovered = found
-                log.warning(
-                    "recovered %d events from the durable journal %s (a crash before they were inserted)",
-                    found,
-                    path,
-                )
-            if self.use_journal:
-                journal.wipe()
-                self._journal = journal
-                return
-            path.unlink()  # not durable now: the journal is not needed
-        except OSError as exc:
-            log.warning(
-                "durable journal %s cannot be used (%s); durable events commit to the database", path, exc
-            )
-        except BaseException:
-            journal.close()
-            raise
-        journal.close()
 
     def _check_running(self, event: TraceEvent) -> None:
         if self._thread is None or self._closing.is_set():
@@ -288,7 +248,7 @@ class Recorder:
         answered before they were recorded included (call it from another thread than their loop's)."""
         deadline = time.monotonic() + timeout
         self._wake.set()
-        if self.use_journal:
+        if self.lane.enabled:
             with contextlib.suppress(queue.Full):  # a full queue: the writer is busy and inserts them soon
                 self._queue.put_nowait(_FLUSH)
         with self._idle:
@@ -339,7 +299,9 @@ class Recorder:
         stopping = False
         while not stopping:
             try:  # journaled events waiting: insert them once no event came for a while
-                first = self._queue.get(timeout=self.journal_linger_s) if self._pending else self._queue.get()
+                first = (
+                    self._queue.get(timeout=self.lane.linger_s) if self.lane.pending else self._queue.get()
+                )
             except queue.Empty:
                 self._guarded(self._write, [])
                 continue
@@ -360,17 +322,16 @@ class Recorder:
                     flush = True
                 else:
                     batch.append(item)  # type: ignore[arg-type]
-            if batch and self._journaled(batch):
+            if batch and self.lane.take([event for event, _ in batch]):
+                with self._idle:
+                    self.stats.journaled += len(batch)
+                self._settle(batch, None)  # durable in the synced journal
                 batch = []
-            if batch or (self._pending and (flush or stopping or len(self._pending) >= self.journal_pending)):
+            if batch or self.lane.due(flush or stopping):
                 self._guarded(self._write, batch)
             if self.linger_s and not stopping:
                 self._gather(len(batch))
-        if (
-            self._journal is not None
-        ):  # empty now, unless a write failed unexpectedly: then the next start recovers them
-            self._journal.close()
-            self._journal = None
+        self.lane.close()  # empty now, unless a write failed unexpectedly: the next start recovers those
 
     def _guarded(self, write: Callable[[list[_Entry]], None], batch: list[_Entry]) -> None:
         try:
@@ -378,36 +339,6 @@ class Recorder:
         except Exception as exc:  # never let the writer die: later events must still be written
             log.exception("recorder: unexpected failure writing a batch")
             self._settle(batch, StoreError(f"recorder failure: {type(exc).__name__}: {exc}"))
-
-    def _journaled(self, batch: list[_Entry]) -> bool:
-        """Append a small batch to the synced journal and answer it; False: commit it instead."""
-        journal = self._journal
-        if journal is None or not self._healthy or len(batch) > self.journal_batch:
-            return False
-        try:
-            payloads = [event.model_dump_json().encode() for event, _ in batch]
-            if not journal.fits(payloads):
-                return False  # committed with the journaled ones, after which the journal is empty
-            journal.append(payloads)
-        except OSError as exc:
-            self._stop_journal(f"writing it failed: {exc}")
-            return False
-        self._pending.extend(event for event, _ in batch)
-        with self._idle:
-            self.stats.journaled += len(batch)
-        self._settle(batch, None)
-        return True
-
-    def _stop_journal(self, why: str) -> None:
-        """Stop using the journal (once, said in the log); its records stay for the next start."""
-        log.error(
-            "durable journal %s: %s; durable events commit to the database from now on",
-            self.journal_path,
-            why,
-        )
-        if self._journal is not None:
-            self._journal.close()
-            self._journal = None
 
     def _gather(self, written: int) -> None:
         """After a batch of ``written`` events: adapt the linger and let the next batch gather.
@@ -427,23 +358,16 @@ class Recorder:
 
     def _write(self, batch: list[_Entry]) -> None:
         """Commit ``batch`` after the journaled events (in one transaction), then reset the journal."""
-        if not self._pending:
+        if not self.lane.pending:
             self._write_batch(batch)
             return
-        pending, self._pending = self._pending, []
+        pending, self.lane.pending = (
+            self.lane.pending,
+            [],
+        )  # an unexpected failure: the next start recovers them
         unsaved, spilled = self._unsaved, self.stats.spilled
         self._write_batch([(event, None) for event in pending] + batch)
-        if self._journal is None:
-            return
-        if self._unsaved != unsaved:  # only the journal holds some of them now: keep it
-            self._stop_journal(
-                "some journaled events could not be written nor spilled; it keeps them for the next start"
-            )
-            return
-        try:
-            self._journal.reset(sync=self.stats.spilled != spilled)
-        except OSError as exc:
-            self._stop_journal(f"resetting it failed: {exc}")
+        self.lane.inserted(all_saved=self._unsaved == unsaved, some_spilled=self.stats.spilled != spilled)
 
     def _write_batch(self, batch: list[_Entry]) -> None:
         events = [event for event, _ in batch]
@@ -475,7 +399,7 @@ class Recorder:
                 self._store.write_events(events)
             except StoreError as exc:
                 self.stats.last_error = str(exc)
-                self._healthy = False
+                self.lane.healthy = False
                 if not exc.transient:
                     return exc  # retrying cannot help
                 self.stats.write_retries += 1
@@ -489,7 +413,7 @@ class Recorder:
             except Exception as exc:  # not a database error: a bug; the batch is written event by event
                 log.exception("recorder: unexpected failure writing %d events", len(events))
                 return StoreError(f"{type(exc).__name__}: {exc}")
-            self._healthy = True
+            self.lane.healthy = True
             # Before the batch counts as written, so whoever flushed the recorder finds it handed on.
             self._after_commit(events)
             with self._idle:
