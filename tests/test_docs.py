@@ -24,7 +24,13 @@ README = ROOT / "README.md"
 REGENERATE = ".venv/bin/python scripts/gen_docs.py"
 
 # Flags in the README that belong to other programs: `claude mcp add`, and the benchmark scripts.
-FOREIGN_FLAGS = {"--transport", "--header", "--quick", "--part", "--no-journal"}  # --quick, --part, --no-journal: benchmark scripts
+FOREIGN_FLAGS = {
+    "--transport",
+    "--header",
+    "--quick",
+    "--part",
+    "--no-journal",
+}  # --quick, --part, --no-journal: benchmark scripts
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,8 @@ Serve = Callable[..., ServedMemtap]
 @pytest.fixture(autouse=True)
 def _commit_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMTAP_DURABLE_JOURNAL", "0")  # read by every Recorder these tests start
+
+
 HELLO = [{"role": "user", "content": "Say hello [chunks 5]"}]
 LOCAL = {"embeddings": {"tiny": {"provider": "hashing", "options": {"dimensions": 16}}}}
 
