@@ -253,6 +253,8 @@ def settle_journal(db: Path, *, wait_s: float = 10.0) -> int:
             journal = Journal.open(path, create=False)
         except FileNotFoundError:
             return 0
+        except OSError as exc:
+            raise StoreError(f"cannot read the durable journal {path}: {exc}; nothing was purged") from exc
         except JournalBusy:
             if not peek(path):
                 return 0  # the live writer zeroes each record once it is in the database
