@@ -361,10 +361,9 @@ class Recorder:
         if not self.lane.pending:
             self._write_batch(batch)
             return
-        pending, self.lane.pending = (
-            self.lane.pending,
-            [],
-        )  # an unexpected failure: the next start recovers them
+        # Out of memory before the commit: after an unexpected failure, the next start recovers them.
+        pending = self.lane.pending
+        self.lane.pending = []
         unsaved, spilled = self._unsaved, self.stats.spilled
         self._write_batch([(event, None) for event in pending] + batch)
         self.lane.inserted(all_saved=self._unsaved == unsaved, some_spilled=self.stats.spilled != spilled)
