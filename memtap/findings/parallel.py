@@ -72,13 +72,23 @@ def plan_parts(conn: sqlite3.Connection, run: str | None, workers: int) -> list[
 
 
 def check_part(
-    path: str, run: str | None, only: Sequence[str] | None, namespaces: list[str | None]
+    path: str,
+    run: str | None,
+    only: Sequence[str] | None,
+    namespaces: list[str | None],
+    keep: list[object] | None = None,
 ) -> PartResult:
-    """One part's events (of ``run``), in trace order, through a fresh engine (runs in a worker)."""
+    """One part's events (of ``run``), in trace order, through a fresh engine (runs in a worker).
+
+    ``keep``: the engine is appended to it rather than freed on return (a worker then exits
+    without freeing the millions of objects of its state one by one: ``part_worker``)."""
     result = PartResult()
     mine = set(namespaces)
     conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)  # read only
     engine = Engine(make_detectors((), only))
+    if keep is not None:
+        keep.append(engine)
+    stats, found, items, links = engine.stats, result.findings, result.items, result.links
     after: str | int | None = None
     try:
         with gc_paused():
@@ -89,28 +99,28 @@ def check_part(
                 if not events:
                     break
                 for event in events:
-                    ctx_namespace = event.context.namespace
-                    if ctx_namespace not in mine:
-                        result.foreign = f"event {event.id} is in namespace {ctx_namespace!r}"
+                    if event.context.namespace not in mine:
+                        result.foreign = f"event {event.id} is in namespace {event.context.namespace!r}"
                         break
                     for eff in event.effects:
                         if eff.namespace is not None and eff.namespace not in mine:
                             result.foreign = f"event {event.id} touched namespace {eff.namespace!r}"
                             break
-                        result.items.add(eff.item_id)
+                        items.add(eff.item_id)
                     if result.foreign is not None:
                         break
                     if event.parent_id is not None:
-                        result.links.add(event.parent_id)
-                    result.links.update(event.links)
-                    errors = engine.stats.detector_errors
-                    result.findings.extend((event.id, f) for f in engine.feed((event,)))
-                    if engine.stats.detector_errors != errors:
-                        result.last_error = (event.id, engine.stats.last_error or "")
+                        links.add(event.parent_id)
+                    if event.links:
+                        links.update(event.links)
+                    event_id = event.id
+                    found.extend([(event_id, f) for f in engine.feed((event,))])
                 result.events += len(events)
     finally:
         conn.close()
-    result.detector_errors = engine.stats.detector_errors
+    result.detector_errors = stats.detector_errors
+    if stats.last_error_event is not None:
+        result.last_error = (stats.last_error_event, stats.last_error or "")
     return result
 
 
