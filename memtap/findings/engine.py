@@ -117,19 +117,31 @@ class Engine:
         self.state = TraceState()
         self.stats = EngineStats()
         self._by_shape: dict[Shape, list[Detector]] = {}
+        self._by_key: dict[tuple[object, ...], list[Detector]] = {}
 
     def detectors_for(self, event: TraceEvent) -> list[Detector]:
         """The detectors that want to see ``event`` (by its shape), in their fixed order."""
         gate = event.gate
-        shape = Shape(
+        effects = event.effects
+        # A plain tuple as the key, the one effect's kind as it is (most events have one); the
+        # ``Shape`` is made only for a key not seen before.
+        key = (
             event.op,
             event.status == "ok",
             bool(event.error),
-            frozenset([e.kind for e in event.effects]),
+            effects[0].kind if len(effects) == 1 else frozenset([e.kind for e in effects]),
             event.context.role,
             None if gate is None else ("deny" if gate.startswith(_DENYING) else "other"),
             event.parent_id is not None,
         )
+        chosen = self._by_key.get(key)
+        if chosen is None:
+            chosen = self._by_key[key] = self._for_shape(
+                Shape(key[0], key[1], key[2], frozenset([e.kind for e in effects]), *key[4:])
+            )
+        return chosen
+
+    def _for_shape(self, shape: Shape) -> list[Detector]:
         chosen = self._by_shape.get(shape)
         if chosen is None:
             chosen = self._by_shape[shape] = [d for d in self.detectors if d.wants(shape)]

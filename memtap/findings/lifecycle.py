@@ -243,13 +243,17 @@ class StaleCoexistence:
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if event.status != "ok":
             return
-        skip = touched(event)
+        skip: set[tuple[str, str]] | None = None
         for eff in event.effects:
             if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
                 continue
             namespace = effect_namespace(event, eff)
             turns = state.turns.get((namespace, event.context.session))
             sources = [eff.content_after, turns[-1]] if turns else [eff.content_after]
+            if not any(is_correction(text) for text in sources):
+                continue  # neither names an old value nor states a change (both need a cue): most writes
+            if skip is None:
+                skip = touched(event)
             old_values: set[str] = set()
             for text in sources:
                 if is_correction(text):

@@ -28,6 +28,7 @@ import pickle
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
@@ -54,6 +55,7 @@ class PartResult:
     foreign: str | None = None  # why this part cannot be checked on its own
     items: set[str] = field(default_factory=set)
     links: set[str] = field(default_factory=set)
+    cpu_s: float = 0.0  # CPU seconds the part's process spent (benchmarks: how even the parts are)
 
 
 def plan_parts(conn: sqlite3.Connection, run: str | None, workers: int) -> list[list[str | None]]:
@@ -119,6 +121,7 @@ def check_part(
     finally:
         conn.close()
     result.detector_errors = stats.detector_errors
+    result.cpu_s = time.process_time()
     if stats.last_error_event is not None:
         result.last_error = (stats.last_error_event, stats.last_error or "")
     return result
@@ -131,6 +134,7 @@ class Merged:
     detector_errors: int
     last_error: str | None
     processes: int
+    part_cpu_s: list[float]
 
 
 def check_in_parts(
@@ -178,6 +182,7 @@ def check_in_parts(
         detector_errors=sum(r.detector_errors for r in results),
         last_error=max(errors)[1] if errors else None,
         processes=len(parts),
+        part_cpu_s=[r.cpu_s for r in results],
     )
 
 

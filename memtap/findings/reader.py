@@ -103,7 +103,7 @@ _ROLES = {r.value: r for r in Role}
 _TRACE_EVENT_SET = frozenset(TraceEvent.model_fields)
 _EFFECT_SET = frozenset(MemoryEffect.model_fields)
 _CONTEXT_DEFAULTS = {name: f.default for name, f in Context.model_fields.items()}
-_scan = json.JSONDecoder().scan_once  # the C scanner ``json.loads`` ends in, minus two Python frames
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner ``json.loads`` ends in, minus two Python frames
 
 
 def _json(text: str) -> Any:
