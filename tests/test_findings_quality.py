@@ -277,3 +277,12 @@ async def test_a_wrapped_servers_retrieval_is_judged_by_the_items_tags_when_no_v
         "contents": {item: "likes green tea"},
         "tags": {item: {"owner": "alice"}},
     }
+
+
+def test_a_question_states_no_fact_but_the_statement_beside_it_does() -> None:
+    """A chat proxy storing user turns stores questions too: "What do you know about Leo's job?"
+    names no fact of Leo's that a reply could leak, or a removal erase."""
+    assert facts("What do you know about Leo's job?") == frozenset()
+    assert facts("Remind me, what do you have on file for my commute?") == frozenset()
+    assert facts("Is it 5 pm? I moved to Berlin on 3 May.") >= {"berlin", "3 may"}
+    assert "5" not in facts("Is it 5 pm? I moved to Berlin on 3 May.")
