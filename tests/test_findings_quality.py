@@ -133,6 +133,18 @@ async def test_restating_a_corrected_value_beside_its_replacement_is_stale_on_an
     )
 
 
+async def test_a_plain_restatement_of_the_old_value_beside_the_live_correction_is_stale(
+    db_path: Path,
+) -> None:
+    """No cue at all ("Context for later: the project targets Python 3.13."), on a backend that
+    keeps every observation: the change statement is live, so the old value is back beside it."""
+    again = "Context for later: The project targets Python 3.13."
+    found = await _observe_in_turn(db_path, "", OLD_TARGET, CHANGE, again)
+    restated = [f for f in found if f.session == "s3"]
+    assert [f.item_ids for f in restated] == [[observation_id("user", again), observation_id("user", CHANGE)]]
+    assert restated[0].evidence["old_values"] == ["python 3 13"]
+
+
 async def test_restating_the_new_value_or_reverting_with_the_new_value_gone_is_not_stale(
     db_path: Path,
 ) -> None:

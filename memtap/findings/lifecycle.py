@@ -257,10 +257,14 @@ class StaleCoexistence:
             namespace = effect_namespace(event, eff)
             turns = state.turns.get((namespace, event.context.session))
             sources = [eff.content_after, turns[-1]] if turns else [eff.content_after]
-            if not any(is_correction(text) for text in sources):
+            cued = any(is_correction(text) for text in sources)
+            if not cued and not self._corrections.holds(namespace):
                 continue  # neither names an old value nor states a change (both need a cue): most writes
             if skip is None:
                 skip = touched(event)
+            if not cued:  # it may still restate a subject a change statement of the namespace corrected
+                yield from restated_findings(self, event, eff, state, namespace, self._corrections, skip)
+                continue
             old_values: set[str] = set()
             for text in sources:
                 if is_correction(text):

@@ -296,6 +296,10 @@ class Corrections:
         while len(self._by_ns) > self.NAMESPACES:
             self._by_ns.popitem(last=False)
 
+    def holds(self, namespace: str) -> bool:
+        """Whether a change statement of ``namespace`` is remembered."""
+        return namespace in self._by_ns
+
     def restated(self, namespace: str, content: str) -> tuple[_Change, Superseded] | None:
         """The first remembered change whose subject ``content`` states with another value."""
         changes = self._by_ns.get(namespace)
