@@ -59,7 +59,7 @@ TOOLS = (
 MAIN = ("direct", "floor", "stdio", "http")
 PATHS: tuple[str, ...] = MAIN
 EXTRA: tuple[str, ...] = ()  # --compare: "sdk" and "base"
-BASELINE_TREE: Path | None = None
+BASELINE_TREES: dict[str, Path] = {}  # path name -> a checkout
 
 Call = Callable[[str, dict[str, Any], Any], Awaitable[Any]]
 
@@ -128,13 +128,13 @@ async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[A
             StdioServerParameters(command=sys.executable, args=[forwarder, str(SERVER)], env=env)
         ) as client:
             yield client, None
-    elif path in ("stdio", "sdk", "base"):
+    elif path in ("stdio", "sdk", *BASELINE_TREES):
         args = ["-m", "memtap", "proxy", "--stdio", "--config", str(config), "--db", str(db)]
         env = dict(os.environ)
         if path == "sdk":
             env["MEMTAP_LEAN_STDIO"] = "0"
-        if path == "base" and BASELINE_TREE is not None:
-            env["PYTHONPATH"] = str(BASELINE_TREE)
+        if path in BASELINE_TREES:
+            env["PYTHONPATH"] = str(BASELINE_TREES[path])
         params = StdioServerParameters(command=sys.executable, args=args, env=env)
         async with Client(params) as client:
             yield client, db
@@ -162,9 +162,15 @@ async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[A
 
 
 async def run_rounds(
-    clients: dict[str, Any], iterations: int, rounds: int, first: int = 0
+    clients: dict[str, Any],
+    iterations: int,
+    rounds: int,
+    first: int = 0,
+    procs: dict[str, int | None] | None = None,
+    cpu: dict[str, list[float]] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
-    """Call times by path and call; ``first`` numbers the sequences (their entities and turns)."""
+    """Call times by path and call; ``first`` numbers the sequences (their entities and turns).
+    With ``procs``, each round's CPU seconds per call of each proxy process go to ``cpu``."""
     from mcp.types import RequestParamsMeta
 
     paths = (*PATHS, *EXTRA)
@@ -174,6 +180,8 @@ async def run_rounds(
         order = paths[r % len(paths) :] + paths[: r % len(paths)]
         for path in order:
             client = clients[path]
+            pid = (procs or {}).get(path)
+            before = cpu_s(pid) if pid is not None else 0.0
             for _ in range(iterations):
                 counter += 1
                 for label, tool, args in sequence(counter):
@@ -184,6 +192,8 @@ async def run_rounds(
                     if result.is_error:
                         raise SystemExit(f"{path} {tool} failed: {result.content}")
                     times[path][label].append(elapsed)
+            if pid is not None and cpu is not None:
+                cpu.setdefault(path, []).append((cpu_s(pid) - before) / (iterations * len(TOOLS)))
     return times
 
 
@@ -224,11 +234,11 @@ async def main(args: argparse.Namespace) -> None:
             await run_rounds(clients, args.warmup, 3)  # warm up every path
             warmed = args.warmup * 3 * len(PATHS + EXTRA)
             procs = {p: proxy_pid(dbs[p]) for p in ("stdio", *EXTRA)}
-            cpu_before = {p: cpu_s(pid) for p, pid in procs.items()}
+            procs["floor"] = forwarder_pid()
             load = [os.getloadavg()[0]]
-            times = await run_rounds(clients, args.iterations, args.rounds, first=warmed)
+            cpu: dict[str, list[float]] = {}
+            times = await run_rounds(clients, args.iterations, args.rounds, warmed, procs, cpu)
             load.append(os.getloadavg()[0])
-            cpu = {p: cpu_s(pid) - cpu_before[p] for p, pid in procs.items()}
         own = {p: own_overhead(db, warmed) for p, db in dbs.items() if db is not None}
         report(times, {p: own[p] for p in own if p in PATHS}, args)
         if EXTRA:
@@ -248,6 +258,17 @@ def proxy_pid(db: Path | None) -> int | None:
     return None
 
 
+def forwarder_pid() -> int | None:
+    """The pid of the floor's forwarder (a child of this process)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                if any(part.endswith(b"naive_forwarder.py") for part in cmdline):
+                    return int(entry.name)
+    return None
+
+
 def cpu_s(pid: int | None) -> float:
     """User plus system CPU seconds of ``pid`` so far."""
     if pid is None:
@@ -259,24 +280,24 @@ def cpu_s(pid: int | None) -> float:
 def compare(
     times: dict[str, dict[str, list[float]]],
     own: dict[str, dict[str, list[float]]],
-    cpu: dict[str, float],
+    cpu: dict[str, list[float]],
     load: list[float],
     args: Any,
 ) -> None:
     """The stdio paths side by side: p50 over the floor, memtap's own time, CPU per call."""
-    calls = args.iterations * args.rounds * len(TOOLS)
     floor = pct([v for t in TOOLS for v in times["floor"][t]], 0.5)
     print(f"\n# stdio paths in the same run; load average {load[0]:.1f} -> {load[1]:.1f}")
-    print(f"{'path':<8}{'p50':>8}{'-floor':>8}{'mean-of-7':>11}{'own':>8}{'cpu us/call':>13}")
-    for path in ("stdio", *EXTRA):
+    print(f"{'path':<8}{'p50':>8}{'-floor':>8}{'mean-of-7':>11}{'own':>8}{'cpu us/call':>13}{'min':>7}")
+    for path in ("floor", "stdio", *EXTRA):
         p50 = pct([v for t in TOOLS for v in times[path][t]], 0.5)
         per_call = [pct(times[path][t], 0.5) - pct(times["floor"][t], 0.5) for t in TOOLS]
-        mine = pct([v for t in TOOLS for v in own[path][t]], 0.5)
+        mine = pct([v for t in TOOLS for v in own[path][t]], 0.5) if path in own else float("nan")
         print(
             f"{path:<8}{p50:>8.2f}{p50 - floor:>8.2f}{sum(per_call) / len(per_call):>11.2f}{mine:>8.3f}"
-            f"{cpu[path] / calls * 1e6:>13.0f}"
+            f"{pct(cpu[path], 0.5) * 1e6:>13.0f}{min(cpu[path]) * 1e6:>7.0f}"
         )
-    print("stdio: this tree (lean tools/call); sdk: this tree, MEMTAP_LEAN_STDIO=0; base: --baseline-tree")
+    print("stdio: this tree (lean tools/call); sdk: this tree, MEMTAP_LEAN_STDIO=0; base...: --baseline-tree")
+    print("cpu us/call: the proxy process's CPU per call, median (and min) over the rounds")
 
 
 def report(
@@ -324,14 +345,18 @@ if __name__ == "__main__":
     parser.add_argument("--entities", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 5")
     parser.add_argument("--compare", action="store_true", help="also the sdk (and base) stdio paths")
-    parser.add_argument("--baseline-tree", type=Path, help="with --compare: a checkout to run as 'base'")
+    parser.add_argument(
+        "--baseline-tree", type=Path, action="append", default=[],
+        help="with --compare: a checkout to run as 'base' (again: 'base2', ...)",
+    )  # fmt: skip
     parser.add_argument("--no-http", action="store_true", help="leave out the http path")
     options = parser.parse_args()
     if options.no_http:
         PATHS = ("direct", "floor", "stdio")
     if options.compare:
-        EXTRA = ("sdk", "base") if options.baseline_tree else ("sdk",)
-        BASELINE_TREE = options.baseline_tree.resolve() if options.baseline_tree else None
+        trees = options.baseline_tree
+        BASELINE_TREES = {("base" if i == 0 else f"base{i + 1}"): t.resolve() for i, t in enumerate(trees)}
+        EXTRA = ("sdk", *BASELINE_TREES)
     if options.quick:
         options.iterations, options.rounds, options.warmup = 5, 1, 1
     import anyio
