@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import platform
+import random
 import signal
 import subprocess
 import sys
@@ -135,7 +136,9 @@ async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[A
             env["MEMTAP_LEAN_STDIO"] = "0"
         if path in BASELINE_TREES:
             env["PYTHONPATH"] = str(BASELINE_TREES[path])
-        params = StdioServerParameters(command=sys.executable, args=args, env=env)
+        # python -m puts the working directory first on sys.path: run in the tree whose code it is.
+        tree = BASELINE_TREES.get(path, ROOT)
+        params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=tree)
         async with Client(params) as client:
             yield client, db
     else:
@@ -177,7 +180,11 @@ async def run_rounds(
     times: dict[str, dict[str, list[float]]] = {p: {t: [] for t in TOOLS} for p in paths}
     counter = first
     for r in range(rounds):
+        # Rotating, and from the second lap on shuffled (seeded), so no path always follows the same one
+        # (a memtap's recording after its last call overlaps the next path's first calls).
         order = paths[r % len(paths) :] + paths[: r % len(paths)]
+        if r >= len(paths):
+            order = tuple(random.Random(r).sample(order, len(order)))
         for path in order:
             client = clients[path]
             pid = (procs or {}).get(path)
