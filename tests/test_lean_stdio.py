@@ -77,7 +77,9 @@ def _with_envelope(message: dict[str, Any], era: str) -> dict[str, Any]:
     return {**message, "params": params}
 
 
-async def _session(folder: Path, memory: dict[str, Any], *, lean: bool, era: str) -> dict[Any, Any]:
+async def _session(
+    folder: Path, memory: dict[str, Any], *, lean: bool, era: str, durable: bool = False
+) -> dict[Any, Any]:
     """Run SCRIPT against a fresh ``memtap proxy --stdio``; the answers by request id."""
     folder.mkdir()
     memory = {**memory, "env": {"MEMORY_FILE_PATH": str(folder / "memory.jsonl")}}
@@ -85,7 +87,7 @@ async def _session(folder: Path, memory: dict[str, Any], *, lean: bool, era: str
     env = {**os.environ, "MEMTAP_LEAN_STDIO": "1" if lean else "0"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memtap", "proxy", "--stdio", "--config", str(config), "--db",
-        str(folder / "trace.db"), env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        str(folder / "trace.db"), *(["--durable"] if durable else []), env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
     answers: dict[Any, Any] = {}
@@ -151,12 +153,12 @@ def _events(db: Path) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("era", ["modern", "legacy"])
+@pytest.mark.parametrize(("era", "durable"), [("modern", False), ("legacy", False), ("modern", True)])
 async def test_the_lean_path_answers_and_records_every_call_as_the_sdk_path_does(
-    tmp_path: Path, memory_server: dict[str, Any], era: str
+    tmp_path: Path, memory_server: dict[str, Any], era: str, durable: bool
 ) -> None:
-    lean = await _session(tmp_path / "lean", memory_server, lean=True, era=era)
-    sdk = await _session(tmp_path / "sdk", memory_server, lean=False, era=era)
+    lean = await _session(tmp_path / "lean", memory_server, lean=True, era=era, durable=durable)
+    sdk = await _session(tmp_path / "sdk", memory_server, lean=False, era=era, durable=durable)
     assert lean == sdk
     assert 21 not in lean  # cancelled: never answered
     assert lean[15]["error"]["code"] == -32602 and "unknown tool 'nope'" in lean[15]["error"]["message"]

@@ -18,7 +18,8 @@ a tracer is installed (the SDK's middleware opens a span per request that memtap
 What the caller sees is the SDK's: the same result (the SDK's per-version result sieve and the
 2026-07-28 ``serverInfo`` stamp), the same JSON-RPC errors, the same ``notifications/cancelled``
 handling (the answer is dropped; the call runs to its end and is recorded), and at end of input
-the same "Connection closed" error for calls not yet answered. ``tests/test_lean_stdio.py`` runs
+the same "Connection closed" error for calls not yet answered (none in durable mode, as none
+comes from the SDK there). ``tests/test_lean_stdio.py`` runs
 the same calls through both paths and compares answers and events.
 """
 
@@ -291,7 +292,14 @@ class LeanCalls:
             log.debug("dropped an answer: stdout is closed")
 
     async def close(self) -> None:
-        """End of input: calls not yet answered get the SDK's "Connection closed" error."""
+        """End of input. As the SDK's: calls not yet answered get its "Connection closed" error;
+        in durable mode (where the SDK's handler runs on, shielded, and its answer is then
+        dropped by the cancelled request) they get no answer. Either way each runs to its end
+        and is recorded."""
+        if self.forwarding.recorder.durable:
+            for call in self.calls.values():
+                call.cancelled = True
+            return
         for call in list(self.calls.values()):
             if call.open():
                 await call.fail(ErrorData(code=CONNECTION_CLOSED, message="Connection closed"))
