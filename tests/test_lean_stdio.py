@@ -205,8 +205,12 @@ class _Pipe:
 
 
 async def test_the_lean_path_serves_calls_itself_and_leaves_the_rest_to_the_sdk(
-    tmp_path: Path, db_path: Path
+    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)  # no tracer (an earlier test may have set one)
     config = write_config(tmp_path, {"odd": misbehaving_server()})
     recorder = Recorder(db_path).start()
     pool = UpstreamPool(load_config(config).mcp_servers, recorder)
@@ -226,6 +230,9 @@ async def test_the_lean_path_serves_calls_itself_and_leaves_the_rest_to_the_sdk(
                 json.dumps(_with_envelope({**_call(9, "echo", {}), "id": None}, "modern")),
             ):
                 assert not lean.take(refused.encode() if isinstance(refused, str) else refused)
+            monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider())
+            assert not lean.take(echo)  # with a tracer, the SDK's (its span per request)
+            monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
             assert lean.take(echo)
             answer = await pipe.line()
             assert answer["id"] == 7 and answer["result"]["content"] == [{"type": "text", "text": "hi"}]
