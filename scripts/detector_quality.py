@@ -180,8 +180,8 @@ def main() -> None:
         "chat-enforce",
     ]
     results: dict[str, dict[str, Any]] = {}
-    print("| suite | backend | detector | precision | recall | tp | fp | fn | tn |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| suite | backend | detector | precision | recall | tp | fp | fn | tn | outside gold |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for suite in args.suite or ["paradigms", "lifecycle", "permission"]:
         for backend in backends:
             got = measure(suite, backend, args.out, args.seed, args.episodes)
@@ -192,7 +192,7 @@ def main() -> None:
                     continue
                 print(
                     f"| {suite} | {backend} | {kind} | {_fmt(d['precision'])} | {_fmt(d['recall'])} "
-                    f"| {d['tp']} | {d['fp']} | {d['fn']} | {d['tn']} |",
+                    f"| {d['tp']} | {d['fp']} | {d['fn']} | {d['tn']} | {d['outside_gold']} |",
                     flush=True,
                 )
     (args.out / "detector_quality.json").write_text(json.dumps(results, indent=1))

@@ -4,6 +4,7 @@ events the store does."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from memtap.findings.access import Canary
 from memtap.findings.check import check_trace
 from memtap.findings.engine import Engine, make_detectors
 from memtap.findings.model import Finding
+from memtap.findings.reader import _json as reader_json
 from memtap.findings.reader import read_page
 from memtap.trace.store import TraceStore
 
@@ -195,3 +197,18 @@ async def test_showing_each_detector_only_the_events_it_wants_loses_no_finding(s
     assert _as_compared(found) == _as_compared(everything)
     # ... while most detectors were spared most events (what the choice is for).
     assert sum(len(chosen.detectors_for(e)) for e in events) < len(events) * len(chosen.detectors) / 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a":[1,2.5,null,true],"b":"\\u00e9"}', "[]", '"x"', "12", ' {"a": 1} ', '{"a":1} '],
+)
+def test_lean_json_parses_as_json_loads_does(text: str) -> None:
+    # The recorder's compact JSON takes the scanner directly; anything around it, json.loads.
+    assert reader_json(text) == json.loads(text)
+
+
+def test_lean_json_rejects_what_json_loads_rejects() -> None:
+    for text in ("", "{", '{"a":1} x', "nope"):
+        with pytest.raises(json.JSONDecodeError):
+            reader_json(text)

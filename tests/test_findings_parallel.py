@@ -133,6 +133,7 @@ def test_check_split_by_namespace_finds_exactly_what_one_engine_finds_in_the_sam
     assert {"duplicate", "destructive_update", "stale_coexistence", "untrusted_overwrite", "erasure"} <= kinds
     assert {"secret_stored", "lost_on_failure"} <= kinds
     assert (one.processes, split.processes) == (1, 3)
+    assert one.part_cpu_s == [] and len(split.part_cpu_s) == 3 and all(s > 0 for s in split.part_cpu_s)
     assert split.events == one.events == len(trace.events)
     assert _dumped(split.findings) == _dumped(one.findings)
     assert split.detector_errors == one.detector_errors == 0

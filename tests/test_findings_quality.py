@@ -15,7 +15,7 @@ from findings_helpers import faulty_server, serve_proxy, settled_findings
 
 from memtap.adapters.memory_server import observation_id
 from memtap.findings.facts import facts
-from memtap.findings.model import Severity
+from memtap.findings.model import Finding, Severity
 from memtap.findings.supersede import clauses, states_change
 
 pytestmark = pytest.mark.anyio
@@ -78,6 +78,80 @@ async def test_restatements_that_say_nothing_changed_are_not_stale(serve_memtap:
         "Funny coincidence: a neighbour sees Dr. Okafor as a dentist.",
     )
     assert settled_findings(served, "stale_coexistence") == []
+
+
+OLD_TARGET = "The project targets Python 3.13."
+CHANGE = (
+    "Update: after a load test, that changed because the test showed the old setting was too tight. "
+    "The project targets PyPy 3.10."
+)
+DECOY = "I looked at PyPy 3.10 again, but nothing changes for me: the project targets Python 3.13."
+
+
+async def _observe_in_turn(db: Path, fault: str, *said: str) -> list[Finding]:
+    """``said`` added one by one as the user's observations (a session each) through ``memtap proxy``
+    over the faulty reference server; the stale_coexistence findings."""
+    served = serve_proxy(db, {"memory": faulty_server(fault)})
+    try:
+        async with http_client(
+            f"http://127.0.0.1:{served.port}/mcp", {"X-Memtap-Namespace": "alice"}
+        ) as client:
+            made = {"entities": [{"name": "user", "entityType": "speaker", "observations": []}]}
+            await client.call_tool("create_entities", made, meta=meta(session="s0", turn="t0", role="user"))
+            for n, text in enumerate(said, start=1):
+                add = {"observations": [{"entityName": "user", "contents": [text]}]}
+                result = await client.call_tool(
+                    "add_observations", add, meta=meta(session=f"s{n}", turn="t0", role="user")
+                )
+                assert not result.is_error, result
+        return settled_findings(served, "stale_coexistence")
+    finally:
+        served.stop()
+
+
+async def test_restating_a_corrected_value_beside_its_replacement_is_stale_on_an_overwriting_backend(
+    db_path: Path,
+) -> None:
+    """The overwriting backend drops the old statement when the change arrives (no two items ever
+    coexist), but the later "nothing changes for me: <old value>" puts the superseded value back
+    while the new one is live in that very item: what the gold calls the superseded memory stored
+    beside its replacement."""
+    found = await _observe_in_turn(db_path, "overwrite", OLD_TARGET, CHANGE, DECOY)
+    (stale,) = found
+    decoy, change = observation_id("user", DECOY), observation_id("user", CHANGE)
+    assert (stale.item_ids, stale.session) == ([decoy, change], "s3")
+    assert stale.evidence == {
+        "old_values": ["python 3 13"],
+        "new_value": "pypy 3 10",
+        "subject": "the project targets",
+        "stale_content": DECOY,
+        "correction": CHANGE,
+    }
+    assert stale.summary == (
+        f"{decoy} states 'the project targets' is 'python 3 13' again after {change} changed it to "
+        "'pypy 3 10', which is still live"
+    )
+
+
+async def test_a_plain_restatement_of_the_old_value_beside_the_live_correction_is_stale(
+    db_path: Path,
+) -> None:
+    """No cue at all ("Context for later: the project targets Python 3.13."), on a backend that
+    keeps every observation: the change statement is live, so the old value is back beside it."""
+    again = "Context for later: The project targets Python 3.13."
+    found = await _observe_in_turn(db_path, "", OLD_TARGET, CHANGE, again)
+    restated = [f for f in found if f.session == "s3"]
+    assert [f.item_ids for f in restated] == [[observation_id("user", again), observation_id("user", CHANGE)]]
+    assert restated[0].evidence["old_values"] == ["python 3 13"]
+
+
+async def test_restating_the_new_value_or_reverting_with_the_new_value_gone_is_not_stale(
+    db_path: Path,
+) -> None:
+    """After the change, "nothing changes for me: <new value>" restates what is current, and a
+    plain "<old value>" on the overwriting backend replaces the new value (nothing coexists)."""
+    restated = "I looked at Python 3.13 again, but nothing changes for me: the project targets PyPy 3.10."
+    assert await _observe_in_turn(db_path, "overwrite", OLD_TARGET, CHANGE, restated, OLD_TARGET) == []
 
 
 async def test_forget_requests_are_not_values_of_one_subject(serve_memtap: Serve) -> None:
@@ -215,3 +289,12 @@ async def test_a_wrapped_servers_retrieval_is_judged_by_the_items_tags_when_no_v
         "contents": {item: "likes green tea"},
         "tags": {item: {"owner": "alice"}},
     }
+
+
+def test_a_question_states_no_fact_but_the_statement_beside_it_does() -> None:
+    """A chat proxy storing user turns stores questions too: "What do you know about Leo's job?"
+    names no fact of Leo's that a reply could leak, or a removal erase."""
+    assert facts("What do you know about Leo's job?") == frozenset()
+    assert facts("Remind me, what do you have on file for my commute?") == frozenset()
+    assert facts("Is it 5 pm? I moved to Berlin on 3 May.") >= {"berlin", "3 may"}
+    assert "5" not in facts("Is it 5 pm? I moved to Berlin on 3 May.")

@@ -214,3 +214,46 @@ def test_a_summarising_backend_that_merges_a_correction_beside_the_old_value_is_
     config.write_text(json.dumps({"mcpServers": {"memory": faulty_server("lossy_update")}}))
     report = _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / "lossy.db")
     assert _counts(report)["stale_coexistence"] == (2, 0, 0, 0)
+
+
+def _episodes(tmp_path: Path, *ids: str) -> Path:
+    suite = tmp_path / "suite.jsonl"
+    write_suite([e for e in generate("paradigms", seed=5, episodes=6) if e.episode_id in ids], suite)
+    return suite
+
+
+def _replay_on(fault: str, suite: Path, tmp_path: Path) -> dict[str, Any]:
+    config = tmp_path / f"{fault}.json"
+    config.write_text(json.dumps({"mcpServers": {"memory": faulty_server(fault)}}))
+    return _replay_and_score(suite, f"mcp:{config}:memory", tmp_path / f"{fault}.db")
+
+
+def test_an_erasure_of_what_no_gold_memory_holds_is_outside_the_gold_not_a_false_alarm(
+    tmp_path: Path,
+) -> None:
+    """The re-adding backend deletes the assistant's "I can remind you about the dentist paperwork
+    on Monday." (par-001): the detector flags the lost day, the gold has no memory for it, so the
+    finding is counted outside the gold instead of as a false positive of either episode."""
+    report = _replay_on("readd", _episodes(tmp_path, "par-001-update", "par-001-preserve"), tmp_path)
+    erasure = report["detectors"]["detectors"]["erasure"]
+    assert _counts(report)["erasure"] == (0, 0, 0, 2)
+    assert erasure["outside_gold"] == 2
+    code, table = _cli("score", "r1", "--db", str(tmp_path / "readd.db"), "--no-store")
+    assert code == 0 and "outside gold" in table
+
+
+def test_an_update_under_a_new_id_is_judged_by_the_memory_of_the_item_it_replaced(tmp_path: Path) -> None:
+    """The summarising backend's ids hash the content, so its lossy rewrite of "My dentist is Dr.
+    Lindqvist." is a new item that holds no gold memory any more: the finding on it is judged by
+    the item it replaced, which held one (a hit, not outside the gold)."""
+    report = _replay_on("lossy_update", _episodes(tmp_path, "par-001-update", "par-001-preserve"), tmp_path)
+    assert _counts(report)["destructive_update"] == (2, 0, 0, 0)
+    assert _counts(report)["erasure"] == (2, 0, 0, 0)
+
+
+def test_a_decoy_restating_the_old_value_after_an_overwrite_is_measured_stale(tmp_path: Path) -> None:
+    """par-002-update: after "... The project targets PyPy 3.10." the decoy "I looked at PyPy 3.10
+    again, but nothing changes for me: the project targets Python 3.13." is all the overwriting
+    backend keeps: the superseded value stored beside its replacement, for the gold and the detector."""
+    report = _replay_on("overwrite", _episodes(tmp_path, "par-002-update", "par-002-preserve"), tmp_path)
+    assert _counts(report)["stale_coexistence"] == (1, 0, 0, 1)

@@ -27,6 +27,7 @@ class CheckResult:
     detector_errors: int = 0
     last_error: str | None = None
     processes: int = 1  # how many processes checked the trace (parts split by namespace)
+    part_cpu_s: list[float] = field(default_factory=list)  # CPU seconds of each part's process
 
     def at_least(self, severity: Severity) -> list[Finding]:
         return [f for f in self.findings if f.severity >= severity]
@@ -60,7 +61,7 @@ def check_trace(
     if merged is not None:
         result.events, result.findings = merged.events, merged.findings
         result.detector_errors, result.last_error = merged.detector_errors, merged.last_error
-        result.processes = merged.processes
+        result.processes, result.part_cpu_s = merged.processes, merged.part_cpu_s
     else:
         engine = Engine(detectors)
         with gc_paused():

@@ -326,10 +326,17 @@ def words(text: str) -> frozenset[str]:
     return frozenset(w for w in _WORD.findall(text.casefold()) if w not in _STOP and len(w) > 1)
 
 
+_QUESTION = re.compile(r"[^.!?\n]*\?")  # a question: from the last sentence end to its "?"
+
+
 @lru_cache(maxsize=65536)
 def facts(text: str) -> frozenset[str]:
     """The facts a text states, normalised: dates, numbers, quoted strings, capitalised names
-    (not a lone sentence-opening word) and value phrases."""
+    (not a lone sentence-opening word) and value phrases. A question states none ("What do you
+    know about Leo's job?" names no fact of Leo's; a chat proxy that stores user turns stores
+    questions too)."""
+    if "?" in text:
+        text = _QUESTION.sub(" ", text)
     found: set[str] = set()
     if _DIGIT.search(text) is not None:  # else no date and no number
         for match in _DATE.finditer(text):

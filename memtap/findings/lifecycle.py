@@ -23,7 +23,9 @@ from memtap.findings.facts import (
 from memtap.findings.model import Finding, Severity, Shape, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
 from memtap.findings.supersede import (
+    Corrections,
     replaced_facts,
+    restated_findings,
     self_superseded,
     states_change,
     superseded_findings,
@@ -234,8 +236,13 @@ class StaleCoexistence:
         "a write whose content (or the session's last user turn) is a correction naming an old value "
         "('from X', 'no longer X', 'instead of X', 'not X'), while another live item still states X; or "
         "says something changed while a live item states the same subject with another value, or "
-        "while the written item itself states it first with another value"
+        "while the written item itself states it first with another value; or a later write that, "
+        "saying nothing changed, states a corrected subject with another value while the corrected "
+        "value is live"
     )
+
+    def __init__(self) -> None:
+        self._corrections = Corrections()
 
     def wants(self, shape: Shape) -> bool:
         return shape.ok and bool(shape.kinds & _WRITES_SET)
@@ -243,13 +250,21 @@ class StaleCoexistence:
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         if event.status != "ok":
             return
-        skip = touched(event)
+        skip: set[tuple[str, str]] | None = None
         for eff in event.effects:
             if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
                 continue
             namespace = effect_namespace(event, eff)
             turns = state.turns.get((namespace, event.context.session))
             sources = [eff.content_after, turns[-1]] if turns else [eff.content_after]
+            cued = any(is_correction(text) for text in sources)
+            if not cued and not self._corrections.holds(namespace):
+                continue  # neither names an old value nor states a change (both need a cue): most writes
+            if skip is None:
+                skip = touched(event)
+            if not cued:  # it may still restate a subject a change statement of the namespace corrected
+                yield from restated_findings(self, event, eff, state, namespace, self._corrections, skip)
+                continue
             old_values: set[str] = set()
             for text in sources:
                 if is_correction(text):
@@ -279,6 +294,9 @@ class StaleCoexistence:
             if any(states_change(text) for text in sources):
                 yield from self._holds_both(event, eff, namespace, flagged)
                 yield from superseded_findings(self, event, eff, state, namespace, skip, flagged)
+                self._corrections.register(namespace, eff, event)
+            elif eff.item_id not in flagged:
+                yield from restated_findings(self, event, eff, state, namespace, self._corrections, skip)
 
     def _holds_both(
         self, event: TraceEvent, eff: MemoryEffect, namespace: str, flagged: set[str]

@@ -28,6 +28,7 @@ import pickle
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
@@ -54,6 +55,7 @@ class PartResult:
     foreign: str | None = None  # why this part cannot be checked on its own
     items: set[str] = field(default_factory=set)
     links: set[str] = field(default_factory=set)
+    cpu_s: float = 0.0  # CPU seconds the part's process spent (benchmarks: how even the parts are)
 
 
 def plan_parts(conn: sqlite3.Connection, run: str | None, workers: int) -> list[list[str | None]]:
@@ -72,13 +74,23 @@ def plan_parts(conn: sqlite3.Connection, run: str | None, workers: int) -> list[
 
 
 def check_part(
-    path: str, run: str | None, only: Sequence[str] | None, namespaces: list[str | None]
+    path: str,
+    run: str | None,
+    only: Sequence[str] | None,
+    namespaces: list[str | None],
+    keep: list[object] | None = None,
 ) -> PartResult:
-    """One part's events (of ``run``), in trace order, through a fresh engine (runs in a worker)."""
+    """One part's events (of ``run``), in trace order, through a fresh engine (runs in a worker).
+
+    ``keep``: the engine is appended to it rather than freed on return (a worker then exits
+    without freeing the millions of objects of its state one by one: ``part_worker``)."""
     result = PartResult()
     mine = set(namespaces)
     conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)  # read only
     engine = Engine(make_detectors((), only))
+    if keep is not None:
+        keep.append(engine)
+    stats, found, items, links = engine.stats, result.findings, result.items, result.links
     after: str | int | None = None
     try:
         with gc_paused():
@@ -89,28 +101,29 @@ def check_part(
                 if not events:
                     break
                 for event in events:
-                    ctx_namespace = event.context.namespace
-                    if ctx_namespace not in mine:
-                        result.foreign = f"event {event.id} is in namespace {ctx_namespace!r}"
+                    if event.context.namespace not in mine:
+                        result.foreign = f"event {event.id} is in namespace {event.context.namespace!r}"
                         break
                     for eff in event.effects:
                         if eff.namespace is not None and eff.namespace not in mine:
                             result.foreign = f"event {event.id} touched namespace {eff.namespace!r}"
                             break
-                        result.items.add(eff.item_id)
+                        items.add(eff.item_id)
                     if result.foreign is not None:
                         break
                     if event.parent_id is not None:
-                        result.links.add(event.parent_id)
-                    result.links.update(event.links)
-                    errors = engine.stats.detector_errors
-                    result.findings.extend((event.id, f) for f in engine.feed((event,)))
-                    if engine.stats.detector_errors != errors:
-                        result.last_error = (event.id, engine.stats.last_error or "")
+                        links.add(event.parent_id)
+                    if event.links:
+                        links.update(event.links)
+                    event_id = event.id
+                    found.extend([(event_id, f) for f in engine.feed((event,))])
                 result.events += len(events)
     finally:
         conn.close()
-    result.detector_errors = engine.stats.detector_errors
+    result.detector_errors = stats.detector_errors
+    result.cpu_s = time.process_time()
+    if stats.last_error_event is not None:
+        result.last_error = (stats.last_error_event, stats.last_error or "")
     return result
 
 
@@ -121,6 +134,7 @@ class Merged:
     detector_errors: int
     last_error: str | None
     processes: int
+    part_cpu_s: list[float]
 
 
 def check_in_parts(
@@ -168,6 +182,7 @@ def check_in_parts(
         detector_errors=sum(r.detector_errors for r in results),
         last_error=max(errors)[1] if errors else None,
         processes=len(parts),
+        part_cpu_s=[r.cpu_s for r in results],
     )
 
 

@@ -103,6 +103,16 @@ _ROLES = {r.value: r for r in Role}
 _TRACE_EVENT_SET = frozenset(TraceEvent.model_fields)
 _EFFECT_SET = frozenset(MemoryEffect.model_fields)
 _CONTEXT_DEFAULTS = {name: f.default for name, f in Context.model_fields.items()}
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner ``json.loads`` ends in, minus two Python frames
+
+
+def _json(text: str) -> Any:
+    """``json.loads(text)``, faster for what the recorder writes (compact JSON, nothing around it)."""
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, TypeError):
+        return json.loads(text)  # leading whitespace, bytes, or not JSON: json's own answer or error
+    return value if end == len(text) else json.loads(text)
 
 
 def _built(cls: type[_M], values: dict[str, Any], fields_set: frozenset[str]) -> _M:
@@ -118,7 +128,7 @@ def _built(cls: type[_M], values: dict[str, Any], fields_set: frozenset[str]) ->
 @lru_cache(maxsize=4096)
 def _context(text: str) -> Context:
     """One context per distinct JSON text (shared: nothing downstream changes it)."""
-    data = json.loads(text)
+    data = _json(text)
     if not isinstance(data, dict) or not data.keys() <= _CONTEXT_DEFAULTS.keys():
         return Context.model_validate_json(text)
     role = data.get("role")
@@ -181,13 +191,14 @@ def _read_lean_effects(
 ) -> None:
     """Each row's effect, built in this loop (millions of them: no call per row), appended to its
     event's list; the events with a delete or update effect added to ``removing``."""
+    # Every effect shares one fields-set: it names every field already, so nothing can add to it.
     new, set_, kinds, fields, tags_of, loads = (
         MemoryEffect.__new__,
         object.__setattr__,
         _KINDS,
-        _EFFECT_SET,
+        set(_EFFECT_SET),
         _tags,
-        json.loads,
+        _json,
     )
     for event_id, kind, item_id, namespace, before, after, tags_after, derived in rows:
         mine = effects.get(event_id)
@@ -212,7 +223,7 @@ def _read_lean_effects(
                 "evidence": None,
             },
         )
-        set_(effect, "__pydantic_fields_set__", set(fields))
+        set_(effect, "__pydantic_fields_set__", fields)
         set_(effect, "__pydantic_extra__", None)
         set_(effect, "__pydantic_private__", None)
         mine.append(effect)
@@ -249,7 +260,7 @@ def _lean_event(row: tuple[Any, ...], effects: list[MemoryEffect], removing: boo
         "tool": tool,
         "op": op,
         "context": _context(context),
-        "arguments": json.loads(arguments) if chat or removing else {},
+        "arguments": _json(arguments) if chat or removing else {},
         "result": _load(result) if chat else None,
         "effects": effects,
         "backend_ms": None,
@@ -265,7 +276,7 @@ def _lean_event(row: tuple[Any, ...], effects: list[MemoryEffect], removing: boo
         "output_tokens": None,
         "ttft_ms": None,
         "memory_ms": None,
-        "links": (json.loads(links) or []) if links is not None else [],
+        "links": (_json(links) or []) if links is not None else [],
     }
     return _built(TraceEvent, values, _TRACE_EVENT_SET)
 

@@ -22,6 +22,7 @@ deterministic:
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,10 +35,12 @@ if TYPE_CHECKING:  # state.py caches each live item's clauses and openings with 
     from memtap.findings.state import TraceState
 
 __all__ = [
+    "Corrections",
     "Superseded",
     "clauses",
     "openings",
     "replaced_facts",
+    "restated_findings",
     "self_superseded",
     "states_change",
     "superseded",
@@ -253,3 +256,92 @@ def superseded_findings(
             namespace=namespace,
             evidence=found.evidence(item.content, eff.content_after),
         )
+
+
+@dataclass(frozen=True)
+class _Change:
+    """A clause of a change statement a write stored, and where it came from."""
+
+    clause: tuple[str, ...]
+    item_id: str
+    event_id: str
+    content: str
+
+
+class Corrections:
+    """The clauses the change statements of each namespace stored, for the restated-value rule: a
+    later write that states one of their subjects with another value, without saying anything
+    changed, while the corrected value is still live, puts the superseded value back beside its
+    replacement ("I looked at PyPy 3.10 again, but nothing changes for me: the project targets
+    Python 3.13." after "... The project targets PyPy 3.10."). The backend's state cannot tell
+    this: the old item may be long gone (an overwriting backend), so the change statements are
+    remembered here, the latest per subject (a newer change of the subject replaces the older)."""
+
+    PER_NAMESPACE = 64  # change clauses kept per namespace, the oldest dropped first
+    NAMESPACES = 4096  # namespaces kept, the one changed least recently dropped first
+
+    def __init__(self) -> None:
+        self._by_ns: OrderedDict[str, list[_Change]] = OrderedDict()
+
+    def register(self, namespace: str, eff: MemoryEffect, event: TraceEvent) -> None:
+        """Remember the clauses of a change statement ``eff`` wrote."""
+        content = eff.content_after or ""
+        kept = self._by_ns.pop(namespace, [])
+        for clause in clauses(content):
+            if len(clause) < 2:
+                continue
+            kept = [c for c in kept if c.clause != clause and _compare(clause, c.clause) is None]
+            kept.append(_Change(clause, eff.item_id, event.id, content))
+        self._by_ns[namespace] = kept[-self.PER_NAMESPACE :]
+        while len(self._by_ns) > self.NAMESPACES:
+            self._by_ns.popitem(last=False)
+
+    def holds(self, namespace: str) -> bool:
+        """Whether a change statement of ``namespace`` is remembered."""
+        return namespace in self._by_ns
+
+    def restated(self, namespace: str, content: str) -> tuple[_Change, Superseded] | None:
+        """The first remembered change whose subject ``content`` states with another value."""
+        changes = self._by_ns.get(namespace)
+        if not changes:
+            return None
+        mine = clauses(content)
+        for change in reversed(changes):  # the latest change of a subject first
+            found = first_superseded([change.clause], mine)
+            if found is not None:
+                return change, found
+        return None
+
+
+def restated_findings(
+    detector: Detector,
+    event: TraceEvent,
+    eff: MemoryEffect,
+    state: TraceState,
+    namespace: str,
+    corrections: Corrections,
+    skip: set[tuple[str, str]],
+) -> Iterator[Finding]:
+    """A ``stale_coexistence`` finding for a write (no change statement) that states a corrected
+    subject with another value while the corrected value is live: in what it wrote, or in a live
+    item it did not touch."""
+    content = eff.content_after or ""
+    hit = corrections.restated(namespace, content)
+    if hit is None:
+        return
+    change, found = hit
+    live_new = f" {found.new_value} " in f" {normalise(content)} " or state.live_item_states(
+        namespace, found.new_value, skip
+    )
+    if not live_new:
+        return  # the write replaced the corrected value, cue or not: nothing coexists
+    yield finding_for(
+        detector,
+        event,
+        f"{eff.item_id} states {found.subject!r} is {found.old_value!r} again after {change.item_id} "
+        f"changed it to {found.new_value!r}, which is still live",
+        item_ids=[eff.item_id, change.item_id],
+        event_ids=[event.id, change.event_id],
+        namespace=namespace,
+        evidence=found.evidence(content, change.content),
+    )

@@ -25,7 +25,10 @@ the storage and retrieval counts the scorer already computes:
 
 Per detector: tp, fp, fn, tn (episodes), precision = tp / (tp + fp), recall = tp / (tp + fn)
 (None when the denominator is 0). A finding that says it could not judge (``judged: false``,
-e.g. no user turn in the trace) is no prediction; it is counted as ``undetermined``.
+e.g. no user turn in the trace) is no prediction; it is counted as ``undetermined``. Nor is a
+finding whose items are all items of the episode that no gold memory aligns to (an assistant's
+"I can remind you about the dentist paperwork on Monday.", small talk): the gold says nothing
+about them, so it can neither confirm nor refute it; it is counted as ``outside_gold``.
 See ``docs/scoring.md`` for the limits of this mapping.
 """
 
@@ -131,9 +134,14 @@ def detector_report(
         return {"unit": "episode", "measured": False, "reason": findings, "detectors": {}}
     by_ns: dict[str, set[str]] = {}
     undetermined: dict[str, int] = {}
+    outside: dict[str, int] = {}
+    view_of = {view.trace.namespace: view for view in views}
     for finding in findings:
+        view = view_of.get(finding.namespace) if finding.namespace is not None else None
         if finding.evidence.get("judged") is False:  # "could not judge" is no verdict either way
             undetermined[finding.kind] = undetermined.get(finding.kind, 0) + 1
+        elif view is not None and finding.item_ids and all(map(view.outside_gold, finding.item_ids)):
+            outside[finding.kind] = outside.get(finding.kind, 0) + 1  # the gold cannot judge it
         elif finding.namespace is not None:
             by_ns.setdefault(finding.namespace, set()).add(finding.kind)
     out: dict[str, Any] = {}
@@ -166,6 +174,7 @@ def detector_report(
             "precision": _ratio(tp, tp + fp),
             "recall": _ratio(tp, tp + fn),
             "undetermined": undetermined.get(kind, 0),
+            "outside_gold": outside.get(kind, 0),
         }
     report: dict[str, Any] = {
         "unit": "episode",

@@ -155,13 +155,18 @@ def _detector_parts(det: dict[str, Any], markdown: bool) -> list[str]:
             str(d["fp"]),
             str(d["fn"]),
             str(d["tn"]),
+            str(d.get("outside_gold", 0)),  # older score files lack it
             d["gold"],
         ]
         for kind, d in det["detectors"].items()
     ]
     parts = [
         head,
-        _table(["detector", "precision", "recall", "tp", "fp", "fn", "tn", "gold"], rows, markdown),
+        _table(
+            ["detector", "precision", "recall", "tp", "fp", "fn", "tn", "outside gold", "gold"],
+            rows,
+            markdown,
+        ),
     ]
     parts += [f"{kind}: not measured ({why})" for kind, why in det.get("not_measured", {}).items()]
     return parts

@@ -57,6 +57,8 @@ class StorageView:
     removals: list[_Removal] = field(default_factory=list)
     writes: list[Version] = field(default_factory=list)
     sessions: list[dict[str, object]] = field(default_factory=list)
+    # An item an update wrote under a new id -> the items it replaced (ids that hash the content).
+    replaced: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, trace: EpisodeTrace, aligner: Aligner) -> StorageView:
@@ -93,6 +95,8 @@ class StorageView:
                 before = prev.keys if prev else self.aligner.align(source, 0, op.before, op.pos)
                 if source != op.item_id and prev is not None:
                     self.timeline[source].append((op.pos, None))  # replaced by a new item
+                if source != op.item_id:
+                    self.replaced.setdefault(op.item_id, set()).add(source)
                 lost = before - keys
                 if lost and (op.pos, source) not in removed_here:
                     self.removals.append(_Removal(op.pos, "update", source, lost))
@@ -119,6 +123,23 @@ class StorageView:
 
     def stored_at(self, key: str, pos: float) -> bool:
         return any(key in (self.keys_at(item, pos) or ()) for item in self.holders.get(key, ()))
+
+    def outside_gold(self, item: str) -> bool:
+        """Whether ``item`` is an item of this episode that never held a gold memory: no version of
+        it or of an item it replaced (an update under a new id), and nothing a removal took from
+        them, aligned to one. An item the episode never wrote is not known here, so not outside."""
+        if item not in self.timeline:
+            return False
+        lineage, todo = set(), [item]
+        while todo:
+            one = todo.pop()
+            if one not in lineage:
+                lineage.add(one)
+                todo += self.replaced.get(one, ())
+        for one in lineage:
+            if any(version is not None and version.keys for _, version in self.timeline.get(one, ())):
+                return False
+        return not any(r.item_id in lineage and r.keys for r in self.removals)
 
     def captured(self, key: str) -> bool:
         return bool(self.holders.get(key))
