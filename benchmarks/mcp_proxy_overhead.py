@@ -24,6 +24,12 @@ here), not memtap's. "memtap's own" is the ``overhead_ms`` memtap recorded for e
 in its trace (time in memtap's handler outside the upstream's call: routing, context, the
 state reads before and after a write, building and queueing the event).
 
+``--compare`` adds two more stdio paths to the same run: ``sdk`` (``memtap proxy --stdio``
+with ``MEMTAP_LEAN_STDIO=0``: every ``tools/call`` through the SDK's server layers) and, with
+``--baseline-tree DIR``, ``base`` (memtap's code from another checkout, main's say), and prints
+each stdio path's p50 over the floor and the CPU its proxy process spent per call (from
+``/proc``), with the load average.
+
 Run: ``.venv/bin/python benchmarks/mcp_proxy_overhead.py`` (about a minute on 2 cores), or
 ``--quick`` for a smoke run. Needs node and ``npm ci`` (``make bench`` does both).
 """
@@ -35,6 +41,7 @@ import contextlib
 import json
 import os
 import platform
+import random
 import signal
 import subprocess
 import sys
@@ -50,7 +57,10 @@ TOOLS = (
     "create_entities", "add_observations", "search_nodes", "delete_observations",
     "add_observations+", "open_nodes", "delete_entities",
 )  # fmt: skip
-PATHS = ("direct", "floor", "stdio", "http")
+MAIN = ("direct", "floor", "stdio", "http")
+PATHS: tuple[str, ...] = MAIN
+EXTRA: tuple[str, ...] = ()  # --compare: "sdk" and "base"
+BASELINE_TREES: dict[str, Path] = {}  # path name -> a checkout
 
 Call = Callable[[str, dict[str, Any], Any], Awaitable[Any]]
 
@@ -119,9 +129,16 @@ async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[A
             StdioServerParameters(command=sys.executable, args=[forwarder, str(SERVER)], env=env)
         ) as client:
             yield client, None
-    elif path == "stdio":
+    elif path in ("stdio", "sdk", *BASELINE_TREES):
         args = ["-m", "memtap", "proxy", "--stdio", "--config", str(config), "--db", str(db)]
-        params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
+        env = dict(os.environ)
+        if path == "sdk":
+            env["MEMTAP_LEAN_STDIO"] = "0"
+        if path in BASELINE_TREES:
+            env["PYTHONPATH"] = str(BASELINE_TREES[path])
+        # python -m puts the working directory first on sys.path: run in the tree whose code it is.
+        tree = BASELINE_TREES.get(path, ROOT)
+        params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=tree)
         async with Client(params) as client:
             yield client, db
     else:
@@ -148,17 +165,30 @@ async def connect(path: str, work: Path, entities: int) -> AsyncIterator[tuple[A
 
 
 async def run_rounds(
-    clients: dict[str, Any], iterations: int, rounds: int, first: int = 0
+    clients: dict[str, Any],
+    iterations: int,
+    rounds: int,
+    first: int = 0,
+    procs: dict[str, int | None] | None = None,
+    cpu: dict[str, list[float]] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
-    """Call times by path and call; ``first`` numbers the sequences (their entities and turns)."""
+    """Call times by path and call; ``first`` numbers the sequences (their entities and turns).
+    With ``procs``, each round's CPU seconds per call of each proxy process go to ``cpu``."""
     from mcp.types import RequestParamsMeta
 
-    times: dict[str, dict[str, list[float]]] = {p: {t: [] for t in TOOLS} for p in PATHS}
+    paths = (*PATHS, *EXTRA)
+    times: dict[str, dict[str, list[float]]] = {p: {t: [] for t in TOOLS} for p in paths}
     counter = first
     for r in range(rounds):
-        order = PATHS[r % len(PATHS) :] + PATHS[: r % len(PATHS)]
+        # Rotating, and from the second lap on shuffled (seeded), so no path always follows the same one
+        # (a memtap's recording after its last call overlaps the next path's first calls).
+        order = paths[r % len(paths) :] + paths[: r % len(paths)]
+        if r >= len(paths):
+            order = tuple(random.Random(r).sample(order, len(order)))
         for path in order:
             client = clients[path]
+            pid = (procs or {}).get(path)
+            before = cpu_s(pid) if pid is not None else 0.0
             for _ in range(iterations):
                 counter += 1
                 for label, tool, args in sequence(counter):
@@ -169,6 +199,8 @@ async def run_rounds(
                     if result.is_error:
                         raise SystemExit(f"{path} {tool} failed: {result.content}")
                     times[path][label].append(elapsed)
+            if pid is not None and cpu is not None:
+                cpu.setdefault(path, []).append((cpu_s(pid) - before) / (iterations * len(TOOLS)))
     return times
 
 
@@ -204,12 +236,75 @@ async def main(args: argparse.Namespace) -> None:
         async with contextlib.AsyncExitStack() as stack:
             clients: dict[str, Any] = {}
             dbs: dict[str, Path | None] = {}
-            for path in PATHS:
+            for path in (*PATHS, *EXTRA):
                 clients[path], dbs[path] = await stack.enter_async_context(connect(path, work, args.entities))
             await run_rounds(clients, args.warmup, 3)  # warm up every path
-            warmed = args.warmup * 3 * len(PATHS)
-            times = await run_rounds(clients, args.iterations, args.rounds, first=warmed)
-        report(times, {p: own_overhead(db, warmed) for p, db in dbs.items() if db is not None}, args)
+            warmed = args.warmup * 3 * len(PATHS + EXTRA)
+            procs = {p: proxy_pid(dbs[p]) for p in ("stdio", *EXTRA)}
+            procs["floor"] = forwarder_pid()
+            load = [os.getloadavg()[0]]
+            cpu: dict[str, list[float]] = {}
+            times = await run_rounds(clients, args.iterations, args.rounds, warmed, procs, cpu)
+            load.append(os.getloadavg()[0])
+        own = {p: own_overhead(db, warmed) for p, db in dbs.items() if db is not None}
+        report(times, {p: own[p] for p in own if p in PATHS}, args)
+        if EXTRA:
+            compare(times, own, cpu, load, args)
+
+
+def proxy_pid(db: Path | None) -> int | None:
+    """The pid of the ``memtap proxy --stdio`` process writing ``db`` (a child of this one)."""
+    if db is None:
+        return None
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"proxy" in cmdline and str(db).encode() in cmdline:
+                    return int(entry.name)
+    return None
+
+
+def forwarder_pid() -> int | None:
+    """The pid of the floor's forwarder (a child of this process)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                if any(part.endswith(b"naive_forwarder.py") for part in cmdline):
+                    return int(entry.name)
+    return None
+
+
+def cpu_s(pid: int | None) -> float:
+    """User plus system CPU seconds of ``pid`` so far."""
+    if pid is None:
+        return float("nan")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def compare(
+    times: dict[str, dict[str, list[float]]],
+    own: dict[str, dict[str, list[float]]],
+    cpu: dict[str, list[float]],
+    load: list[float],
+    args: Any,
+) -> None:
+    """The stdio paths side by side: p50 over the floor, memtap's own time, CPU per call."""
+    floor = pct([v for t in TOOLS for v in times["floor"][t]], 0.5)
+    print(f"\n# stdio paths in the same run; load average {load[0]:.1f} -> {load[1]:.1f}")
+    print(f"{'path':<8}{'p50':>8}{'-floor':>8}{'mean-of-7':>11}{'own':>8}{'cpu us/call':>13}{'min':>7}")
+    for path in ("floor", "stdio", *EXTRA):
+        p50 = pct([v for t in TOOLS for v in times[path][t]], 0.5)
+        per_call = [pct(times[path][t], 0.5) - pct(times["floor"][t], 0.5) for t in TOOLS]
+        mine = pct([v for t in TOOLS for v in own[path][t]], 0.5) if path in own else float("nan")
+        print(
+            f"{path:<8}{p50:>8.2f}{p50 - floor:>8.2f}{sum(per_call) / len(per_call):>11.2f}{mine:>8.3f}"
+            f"{pct(cpu[path], 0.5) * 1e6:>13.0f}{min(cpu[path]) * 1e6:>7.0f}"
+        )
+    print("stdio: this tree (lean tools/call); sdk: this tree, MEMTAP_LEAN_STDIO=0; base...: --baseline-tree")
+    print("cpu us/call: the proxy process's CPU per call, median (and min) over the rounds")
 
 
 def report(
@@ -232,10 +327,10 @@ def report(
     print("-" * len(header))
     for row in [*TOOLS, "all calls"]:
         tools = TOOLS if row == "all calls" else (row,)
-        by_path = {p: [v for t in tools for v in times[p][t]] for p in PATHS}
+        by_path = {p: [v for t in tools for v in times[p][t]] if p in times else [] for p in MAIN}
         mine = [v for recorded in own.values() for t in tools for v in recorded[t]]
-        d, f, s, h = (pct(by_path[p], 0.5) for p in PATHS)
-        d99, f99, s99, h99 = (pct(by_path[p], 0.99) for p in PATHS)
+        d, f, s, h = (pct(by_path[p], 0.5) for p in MAIN)
+        d99, f99, s99, h99 = (pct(by_path[p], 0.99) for p in MAIN)
         o50, o99 = pct(mine, 0.5), pct(mine, 0.99)
         print(
             f"{row:<20}{d:>8.2f}{d99:>7.2f}{f:>8.2f}{f99:>7.2f}{s:>8.2f}{s99:>7.2f}{h:>8.2f}{h99:>7.2f}"
@@ -256,7 +351,19 @@ if __name__ == "__main__":
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--entities", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 5")
+    parser.add_argument("--compare", action="store_true", help="also the sdk (and base) stdio paths")
+    parser.add_argument(
+        "--baseline-tree", type=Path, action="append", default=[],
+        help="with --compare: a checkout to run as 'base' (again: 'base2', ...)",
+    )  # fmt: skip
+    parser.add_argument("--no-http", action="store_true", help="leave out the http path")
     options = parser.parse_args()
+    if options.no_http:
+        PATHS = ("direct", "floor", "stdio")
+    if options.compare:
+        trees = options.baseline_tree
+        BASELINE_TREES = {("base" if i == 0 else f"base{i + 1}"): t.resolve() for i, t in enumerate(trees)}
+        EXTRA = ("sdk", *BASELINE_TREES)
     if options.quick:
         options.iterations, options.rounds, options.warmup = 5, 1, 1
     import anyio

@@ -26,8 +26,9 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import anyio
 import mcp.types as types
@@ -61,7 +62,16 @@ from memtap.trace.calls import recorded_call
 from memtap.trace.models import Op
 from memtap.trace.writer import Recorder
 
-__all__ = ["PREFIX_SEPARATOR", "ByUpstream", "build_forward_server", "exposed_name"]
+__all__ = [
+    "PREFIX_SEPARATOR",
+    "Answer",
+    "ByUpstream",
+    "Forwarding",
+    "Inbound",
+    "build_forward_server",
+    "build_forwarding",
+    "exposed_name",
+]
 
 _LOCAL = local_caller()  # who calls /servers/NAME/mcp where no gate ran
 
@@ -145,6 +155,56 @@ def _pass_on(task: asyncio.Task[Any], answer: asyncio.Future[types.CallToolResul
         answer.set_exception(error)
     else:
         answer.set_result(task.result())
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """Who sent a ``tools/call`` and what it carried besides the tool's name and arguments."""
+
+    who: Caller
+    front_door: str
+    layers: tuple[dict[str, Any], ...]  # context from headers, then from ``_meta``
+    client: str | None
+    meta: Mapping[str, Any] | None  # the request's ``_meta``
+    recorded: Callable[[], None]  # a JSON-RPC error is answered for a recorded call: say so
+
+
+class Answer(Protocol):
+    """Where a call answered first sends its answer."""
+
+    def open(self) -> bool:
+        """Whether the caller still waits for an answer."""
+
+    async def give(self, result: types.CallToolResult) -> None:
+        """Answer; returns once the answer is on its way out."""
+
+
+class _FutureAnswer:
+    """The SDK path: the answer goes to the handler's future; the SDK's task writes it."""
+
+    def __init__(self, future: asyncio.Future[types.CallToolResult], handler: asyncio.Task[Any] | None):
+        self.future = future
+        self.handler = handler
+
+    def open(self) -> bool:
+        return not self.future.done()
+
+    async def give(self, result: types.CallToolResult) -> None:
+        self.future.set_result(result)
+        await _answer_out(self.handler)
+
+
+Forward = Callable[[Inbound, str, dict[str, Any], Answer | None], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Forwarding:
+    """The forwarding server, and its ``forward`` for front doors that bypass the SDK's layers."""
+
+    server: Server[Any]
+    forward: Forward
+    recorder: Recorder
+    stdio_caller: Caller  # who calls over stdio
 
 
 class _Router:
@@ -264,12 +324,30 @@ def build_forward_server(
     policy: Policy | None = None,
     clock: Clock | None = None,
 ) -> Server[Any]:
+    """The forwarding MCP server (see :func:`build_forwarding`)."""
+    return build_forwarding(
+        pool, recorder, only=only, default_principal=default_principal, policy=policy, clock=clock
+    ).server
+
+
+def build_forwarding(
+    pool: UpstreamPool,
+    recorder: Recorder,
+    *,
+    only: str | None = None,
+    default_principal: str = "local",
+    policy: Policy | None = None,
+    clock: Clock | None = None,
+) -> Forwarding:
     """An MCP server offering the tools, resources and prompts of ``pool``'s upstreams (or one).
 
     Each call is checked: the caller must be allowed on the upstream (its ``upstreams``
     patterns) and hold the right the tool's lifecycle class needs on the call's namespace
     (read for retrievals and reads, write for writes, updates and tools memtap cannot
-    classify, delete for deletes). A refusal is a tool error and a recorded event."""
+    classify, delete for deletes). A refusal is a tool error and a recorded event.
+
+    The server comes with its ``forward``: one ``tools/call`` served and recorded, which the
+    lean stdio path (``proxy/lean.py``) calls without the SDK's server layers."""
     if only is not None:
         pool.get(only)  # an unknown name is refused here, not at the first call
     router = _Router(pool, only)
@@ -297,17 +375,12 @@ def build_forward_server(
         return types.ListToolsResult(tools=tools)
 
     async def forward(
-        ctx: ServerRequestContext[Any, Any],
-        name: str,
-        arguments: dict[str, Any],
-        answer: asyncio.Future[types.CallToolResult] | None = None,
-        handler: asyncio.Task[Any] | None = None,
+        inbound: Inbound, name: str, arguments: dict[str, Any], answer: Answer | None = None
     ) -> Any:
         """Serve one call and record it; with ``answer``, answer it there as soon as the
-        upstream's well-formed result is in (effects derived and event recorded after the
-        ``handler`` task that answers the caller has ended)."""
-        who, front_door, layers = caller(ctx)
-        client = client_name(ctx)
+        upstream's well-formed result is in (effects derived and event recorded once the
+        answer is on its way out)."""
+        who, front_door, layers, client = inbound.who, inbound.front_door, inbound.layers, inbound.client
         route = await router.resolve_tool(name)
         upstream = route[0] if route is not None else None
         code = types.INTERNAL_ERROR
@@ -328,15 +401,14 @@ def build_forward_server(
 
             async def answered(result: dict[str, Any]) -> None:
                 nonlocal parsed
-                if answer is None or answer.done():
+                if answer is None or not answer.open():
                     return
                 try:
                     parsed = types.CallToolResult.model_validate(result)
                 except ValidationError:
                     return  # answered at the end, with the protocol error, as before
                 call.total_ms = (time.perf_counter() - call.started) * 1000  # the caller's wait
-                answer.set_result(parsed)
-                await _answer_out(handler)
+                await answer.give(parsed)
 
             try:
                 context = call.context = resolve_context(
@@ -355,7 +427,7 @@ def build_forward_server(
                 await upstream.connection()
                 call.op = upstream.kind_of(tool).op  # again: a lazy upstream's profile is known only now
                 authorise(who, upstream, call.op, context)
-                meta = _upstream_meta(ctx.meta)
+                meta = _upstream_meta(inbound.meta)
                 if upstream.tap is not None:
                     result, call.effects, refined = await upstream.tap.call(
                         tool, arguments, meta, context, call, answered
@@ -391,8 +463,12 @@ def build_forward_server(
             return types.CallToolResult(content=[text], is_error=True)
         if parsed is not None and call.commit_error is None:
             return parsed
-        mark_recorded(ctx)  # the guard must not record this JSON-RPC error a second time
+        inbound.recorded()  # the guard must not record this JSON-RPC error a second time
         raise MCPError(code, call.error or "error", data)  # durable: an uncommitted event is an error
+
+    def inbound_of(ctx: ServerRequestContext[Any, Any]) -> Inbound:
+        who, front_door, layers = caller(ctx)
+        return Inbound(who, front_door, layers, client_name(ctx), ctx.meta, lambda: mark_recorded(ctx))
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -400,14 +476,15 @@ def build_forward_server(
         arguments = dict(params.arguments or {})
         if recorder.durable:  # recorded (committed) before the answer, as durable mode promises
             with anyio.CancelScope(shield=True):
-                result: types.CallToolResult = await forward(ctx, params.name, arguments)
+                result: types.CallToolResult = await forward(inbound_of(ctx), params.name, arguments)
             return result
         # Answered first: the call runs in a task of its own (so a caller that goes away does not
         # cut it short), which answers here once the upstream's result is in and then derives
         # the effects and records the event (memtap/trace/after.py).
         answer: asyncio.Future[types.CallToolResult] = asyncio.get_running_loop().create_future()
         handler = asyncio.current_task()  # the SDK's task for this request: it writes the answer
-        task = recorder.answered_first.spawn(forward(ctx, params.name, arguments, answer, handler))
+        work = forward(inbound_of(ctx), params.name, arguments, _FutureAnswer(answer, handler))
+        task = recorder.answered_first.spawn(work)
         task.add_done_callback(lambda done: _pass_on(done, answer))
         return await answer
 
@@ -496,7 +573,7 @@ def build_forward_server(
             raise MCPError(_error_code(exc), str(exc)) from None
         return types.GetPromptResult.model_validate(result)
 
-    return new_server(
+    server = new_server(
         "memtap" if only is None else f"memtap/{only}",
         version=__version__,
         get_tool_input_schema=router.input_schema,
@@ -508,6 +585,7 @@ def build_forward_server(
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
     )
+    return Forwarding(server, forward, recorder, stdio_caller)
 
 
 class ByUpstream:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 import sys
@@ -24,6 +25,9 @@ __all__ = ["serve"]
 log = logging.getLogger("memtap.serve")
 
 SWITCH_INTERVAL_S = 0.0002
+# MEMTAP_LEAN_STDIO=0: memtap proxy --stdio serves tools/call through the SDK's server layers
+# too (proxy/lean.py; for comparing the two paths).
+LEAN_ENV = "MEMTAP_LEAN_STDIO"
 
 
 async def _serve_stdio(runtime: Runtime) -> None:
@@ -31,15 +35,20 @@ async def _serve_stdio(runtime: Runtime) -> None:
     from memtap.proxy.stdio import stdio_streams
 
     principal = runtime.settings.default_principal
+    lean = None
     if runtime.upstreams is not None and runtime.forwarding:
-        from memtap.proxy.forward import build_forward_server
+        from memtap.proxy.forward import build_forwarding
+        from memtap.proxy.lean import LeanCalls
 
-        server = build_forward_server(
+        forwarding = build_forwarding(
             runtime.upstreams, runtime.recorder, default_principal=principal, clock=runtime.clock.attribute
         )
+        server = forwarding.server
+        if os.environ.get(LEAN_ENV, "1") != "0":
+            lean = LeanCalls(forwarding)
     else:
         server = build_mcp_server(runtime.service, default_principal=principal)
-    async with stdio_streams() as (read, write):
+    async with stdio_streams(lean) as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 

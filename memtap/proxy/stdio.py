@@ -17,11 +17,14 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
+
+if TYPE_CHECKING:
+    from memtap.proxy.lean import LeanCalls
 
 __all__ = ["stdio_streams"]
 
@@ -49,8 +52,11 @@ def _is_pipe_like(fd: int) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
-    """The (read, write) stream pair ``Server.run`` takes, served on stdin and stdout."""
+async def stdio_streams(lean: LeanCalls | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """The (read, write) stream pair ``Server.run`` takes, served on stdin and stdout.
+
+    With ``lean``, each line is first offered to it (``memtap proxy``'s ``tools/call``
+    without the SDK's server layers, ``proxy/lean.py``); what it does not take goes to the SDK."""
     if not (_is_pipe_like(0) and _is_pipe_like(1)):
         from mcp.server.stdio import stdio_server
 
@@ -70,22 +76,32 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
                 asyncio.streams.FlowControlMixin, os.fdopen(stdout_fd, "wb", buffering=0)
             )
             writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
+            if lean is not None:
+                lean.attach(writer)
             incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
             async def read_lines() -> None:
                 async with incoming_send:
                     while line := await reader.readline():
+                        if lean is not None and lean.take(line):
+                            continue
                         try:
                             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                         except Exception as exc:  # the session answers a parse error
                             await incoming_send.send(exc)
                             continue
+                        if lean is not None:
+                            lean.opened(message)
                         await incoming_send.send(SessionMessage(message))
+                    if lean is not None:
+                        await lean.close()
 
             async def write_lines() -> None:
                 async with outgoing_receive:
                     async for message in outgoing_receive:
+                        if lean is not None:
+                            lean.sent(message.message)
                         data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                         writer.write(data.encode("utf-8") + b"\n")
                         await writer.drain()

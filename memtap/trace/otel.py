@@ -38,6 +38,7 @@ __all__ = [
     "memory_span",
     "span_of_event",
     "tracer",
+    "tracing",
 ]
 
 tracer = trace.get_tracer("memtap")
@@ -124,6 +125,11 @@ def configure_tracing(*, console: bool = False) -> bool:
 
 
 _UNKNOWN = object()
+
+
+def tracing() -> bool:
+    """Whether spans are being made (a tracer provider is installed)."""
+    return _tracing()
 
 
 def _tracing() -> bool:
