@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -131,26 +130,37 @@ def test_a_suite_that_does_not_validate_is_refused_before_anything_is_replayed(t
     assert not db.exists()
 
 
-def test_interrupted_replay_resumes_without_duplicated_or_missing_sessions(tmp_path: Path) -> None:
+def test_interrupted_replay_resumes_without_duplicated_or_missing_sessions(
+    tmp_path: Path, upstream: Any
+) -> None:
     suite_path = small_suite(tmp_path / "suite.jsonl", paradigms=10, permission=0, seed=5)
     episodes = load_suite(suite_path).episodes
     db = tmp_path / "trace.db"
+    # An LLM reader (the fake upstream) answers each probe, and the replay (one worker) waits for it:
+    # while the fake holds that request the run cannot go on, so the episodes done then are all there
+    # will be before the Ctrl-C, however slow or fast this machine is.
+    config = tmp_path / "reader.json"
+    reader = {"model": "openai/reader-json", "api_base": upstream.base_url}
+    config.write_text(json.dumps({"model_list": [{"model_name": "reader", "litellm_params": reader}]}))
+    reading = ["--reader", "reader", "--config", str(config)]
     cmd = [sys.executable, "-m", "memtap", "replay", str(suite_path), "--target", "builtin", "--db", str(db),
-           "--run", "r2", "--reader", "none"]  # fmt: skip
+           "--run", "r2", *reading]  # fmt: skip
+    upstream.state.hold = True
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait until the run is under way: two episodes done
-            try:
-                if rows(db, "SELECT count(*) FROM run_episodes WHERE status = 'done'")[0][0] >= 2:
-                    break
-            except sqlite3.Error:
-                pass
+        while True:  # let the reader's requests go on one by one until two episodes are done
+            if not upstream.state.arrived.acquire(timeout=60):
+                proc.kill()
+                pytest.fail(f"the replay asked the reader nothing for 60 s: {proc.communicate()}")
             assert proc.poll() is None, proc.communicate()
-            time.sleep(0.02)
+            if rows(db, "SELECT count(*) FROM run_episodes WHERE status = 'done'")[0][0] >= 2:
+                break
+            upstream.state.passes.release()
         proc.send_signal(signal.SIGINT)
+        upstream.state.release_all()  # the held answer arrives after the Ctrl-C
         _, err = proc.communicate(timeout=60)
     finally:
+        upstream.state.release_all()
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err.decode()
@@ -159,9 +169,7 @@ def test_interrupted_replay_resumes_without_duplicated_or_missing_sessions(tmp_p
     before = dict(rows(db, "SELECT status, count(*) FROM run_episodes GROUP BY status"))
     assert before["done"] >= 2 and before["done"] < len(episodes)
 
-    result = replay(
-        str(suite_path), "--target", "builtin", "--db", str(db), "--resume", "r2", "--reader", "none"
-    )
+    result = replay(str(suite_path), "--target", "builtin", "--db", str(db), "--resume", "r2", *reading)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert (summary["status"], summary["episodes_done"]) == ("completed", len(episodes))

@@ -22,9 +22,13 @@ from conftest import http_client, run_memory_script
 from memtap.probes.targets._server import free_port, wait_healthy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium binary on PATH (`make pytest` installs Debian's chromium package)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no chromium binary on PATH (`make pytest` installs Debian's chromium package)"
+    ),
+    # One pytest-xdist worker runs this module, so its site and browser (module fixtures) start once.
+    pytest.mark.xdist_group("ui_browser"),
+]
 SCRIPT = "<script>window.pwned = 1</script>Remember the <b>tags</b>"
 
 
