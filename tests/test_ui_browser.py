@@ -24,7 +24,8 @@ from memtap.probes.targets._server import free_port, wait_healthy
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.skipif(
-        CHROMIUM is None, reason="no chromium binary on PATH (`make pytest` installs Debian's chromium package)"
+        CHROMIUM is None,
+        reason="no chromium binary on PATH (`make pytest` installs Debian's chromium package)",
     ),
     # One pytest-xdist worker runs this module, so its site and browser (module fixtures) start once.
     pytest.mark.xdist_group("ui_browser"),
