@@ -32,6 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 MEMORY_SERVER = ROOT / "node_modules" / ".bin" / "mcp-server-memory"
 MISBEHAVING = ROOT / "tests" / "upstreams" / "misbehaving.py"
+# How long a memtap child may take to say its port and answer /healthz: a readiness wait, not a
+# bound under test, so it is generous (a start takes seconds on a 2-core machine at load 8 and more).
+START_TIMEOUT_S = 120.0
 
 
 def meta(**fields: Any) -> RequestParamsMeta:
@@ -130,8 +133,9 @@ def start_http_server(db_path: Path, tmp_path: Path) -> Iterator[Callable[..., S
             )
         server = ServerProcess(proc, 0, target, log)
         started.append(server)
-        server.port = announced_port(server.stderr, proc) or 0
-        if not server.port or wait_healthy(f"http://127.0.0.1:{server.port}", proc) is None:
+        server.port = announced_port(server.stderr, proc, START_TIMEOUT_S) or 0
+        healthy = server.port and wait_healthy(f"http://127.0.0.1:{server.port}", proc, START_TIMEOUT_S)
+        if not healthy:
             raise MemtapError(
                 f"memtap {command} did not start (exit {proc.poll()}): {server.stderr()[-500:]}"
             )
