@@ -35,6 +35,9 @@ MISBEHAVING = ROOT / "tests" / "upstreams" / "misbehaving.py"
 # How long a memtap child may take to say its port and answer /healthz: a readiness wait, not a
 # bound under test, so it is generous (a start takes seconds on a 2-core machine at load 8 and more).
 START_TIMEOUT_S = 120.0
+# The timeout of an upstream a test hangs on purpose (SIGSTOP, a tool that never answers): the call
+# must time out, but the upstream's start and its other calls must fit in it on a loaded machine.
+HUNG_TIMEOUT_S = 5
 
 
 def meta(**fields: Any) -> RequestParamsMeta:
