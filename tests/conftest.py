@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from memtap.errors import MemtapError
 from memtap.limits import DEFAULT_LIMITS, install
-from memtap.probes.targets._server import announced_port, wait_healthy
+from memtap.probes.targets._server import announced_port, health, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -142,6 +143,8 @@ def start_http_server(db_path: Path, tmp_path: Path) -> Iterator[Callable[..., S
             raise MemtapError(
                 f"memtap {command} did not start (exit {proc.poll()}): {server.stderr()[-500:]}"
             )
+        if command == "proxy":
+            wait_upstreams_settled(f"http://127.0.0.1:{server.port}")
         return server
 
     yield start
@@ -149,6 +152,21 @@ def start_http_server(db_path: Path, tmp_path: Path) -> Iterator[Callable[..., S
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait(timeout=10)
+
+
+def wait_upstreams_settled(base_url: str, timeout: float = START_TIMEOUT_S) -> None:
+    """Until every upstream of a ``memtap proxy`` has finished its first start (ready, failed...),
+    as its /healthz says: the proxy offers an upstream's tools once it has listed them, so a call
+    made while a slow upstream (node, on a loaded machine) still starts finds no such tool."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            states = {u["state"] for u in (health(base_url).get("upstreams") or {}).values()}
+        except OSError:  # a slow answer on a loaded machine: ask again
+            states = {"starting"}
+        if not states & {"idle", "starting"}:
+            return
+        time.sleep(0.05)
 
 
 @asynccontextmanager
