@@ -13,8 +13,6 @@ side. What it answers is steered by the last user message:
 - ``[endless]``: stream until the client goes away, then set ``cancelled``;
 - ``[stall]``: send nothing for ten seconds (to hit a timeout).
 
-A test can hold every chat request until it lets each go on (``FakeState.hold``).
-
 And by the model asked for (non-streaming):
 
 - ``memory-echo``: the system messages it was sent (what the chat proxy injected);
@@ -57,10 +55,6 @@ from scripted_agent import reply as agent_reply
 CREATED = 1_764_460_800
 
 
-HOLD_S = 120.0  # a held request goes on by itself after this long (a test that forgot to release it)
-HOLD_RELEASES = 10_000
-
-
 def completion_text(n: int) -> list[str]:
     return [f"chunk-{i} " for i in range(n)]
 
@@ -71,24 +65,11 @@ class FakeState:
     headers: list[dict[str, str]] = field(default_factory=list)
     cancelled: threading.Event = field(default_factory=threading.Event)
     record: bool = True
-    # While ``hold`` is set, each chat request releases one ``arrived`` and waits for one ``passes``
-    # (at most HOLD_S): a test then knows its client is waiting on this answer, and lets it go on.
-    hold: bool = False
-    arrived: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
-    passes: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
     def reset(self) -> None:
         self.received.clear()
         self.headers.clear()
         self.cancelled.clear()
-        self.release_all()
-        self.arrived = threading.Semaphore(0)
-        self.passes = threading.Semaphore(0)
-
-    def release_all(self) -> None:
-        """Hold no more requests, and let every held one go on."""
-        self.hold = False
-        self.passes.release(HOLD_RELEASES)
 
 
 def _last_user(body: dict[str, Any]) -> str:
@@ -189,9 +170,6 @@ def build_app(state: FakeState) -> web.Application:
         if state.record:
             state.received.append(body)
             state.headers.append(dict(request.headers))
-        if state.hold:
-            state.arrived.release()
-            await asyncio.to_thread(state.passes.acquire, True, HOLD_S)
         text = _last_user(body)
         model = body.get("model", "fake")
         if model == AGENT_MODEL and not body.get("stream"):
