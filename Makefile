@@ -71,8 +71,15 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # MEMTAP_REQUIRE_AGENTS: the example agents' tests fail, rather than skip, when a framework is missing.
+# The suite runs on PYTEST_WORKERS pytest-xdist workers (auto: one per core), whole files per worker
+# (loadfile: a module fixture is built once; with loadgroup a worker interleaved the browser tests with
+# other files and built their site twice). The tests marked `serial` (the fault harness: wall-clock
+# bounds) then run alone, outside xdist. PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= auto
+PYTEST_ENV := MEMTAP_REQUIRE_AGENTS=1 MEMTAP_LANGGRAPH_PYTHON=$(abspath $(LANGGRAPH_VENV))/bin/python
 pytest: $(STAMP) $(NODE_STAMP) $(CHROMIUM_STAMP) $(LANGGRAPH_STAMP)
-	MEMTAP_REQUIRE_AGENTS=1 MEMTAP_LANGGRAPH_PYTHON=$(abspath $(LANGGRAPH_VENV))/bin/python $(BIN)/pytest -q
+	$(PYTEST_ENV) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:xdist -m serial
 
 test: lint typecheck pytest
 

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,12 +27,18 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from memtap.errors import MemtapError
 from memtap.limits import DEFAULT_LIMITS, install
-from memtap.probes.targets._server import announced_port, wait_healthy
+from memtap.probes.targets._server import announced_port, health, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 MEMORY_SERVER = ROOT / "node_modules" / ".bin" / "mcp-server-memory"
 MISBEHAVING = ROOT / "tests" / "upstreams" / "misbehaving.py"
+# How long a memtap child may take to say its port and answer /healthz: a readiness wait, not a
+# bound under test, so it is generous (a start takes seconds on a 2-core machine at load 8 and more).
+START_TIMEOUT_S = 120.0
+# The timeout of an upstream a test hangs on purpose (SIGSTOP, a tool that never answers): the call
+# must time out, but the upstream's start and its other calls must fit in it on a loaded machine.
+HUNG_TIMEOUT_S = 5
 
 
 def meta(**fields: Any) -> RequestParamsMeta:
@@ -130,11 +137,14 @@ def start_http_server(db_path: Path, tmp_path: Path) -> Iterator[Callable[..., S
             )
         server = ServerProcess(proc, 0, target, log)
         started.append(server)
-        server.port = announced_port(server.stderr, proc) or 0
-        if not server.port or wait_healthy(f"http://127.0.0.1:{server.port}", proc) is None:
+        server.port = announced_port(server.stderr, proc, START_TIMEOUT_S) or 0
+        healthy = server.port and wait_healthy(f"http://127.0.0.1:{server.port}", proc, START_TIMEOUT_S)
+        if not healthy:
             raise MemtapError(
                 f"memtap {command} did not start (exit {proc.poll()}): {server.stderr()[-500:]}"
             )
+        if command == "proxy":
+            wait_upstreams_settled(f"http://127.0.0.1:{server.port}")
         return server
 
     yield start
@@ -142,6 +152,21 @@ def start_http_server(db_path: Path, tmp_path: Path) -> Iterator[Callable[..., S
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait(timeout=10)
+
+
+def wait_upstreams_settled(base_url: str, timeout: float = START_TIMEOUT_S) -> None:
+    """Until every upstream of a ``memtap proxy`` has finished its first start (ready, failed...),
+    as its /healthz says: the proxy offers an upstream's tools once it has listed them, so a call
+    made while a slow upstream (node, on a loaded machine) still starts finds no such tool."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            states = {u["state"] for u in (health(base_url).get("upstreams") or {}).values()}
+        except OSError:  # a slow answer on a loaded machine: ask again
+            states = {"starting"}
+        if not states & {"idle", "starting"}:
+            return
+        time.sleep(0.05)
 
 
 @asynccontextmanager

@@ -26,6 +26,8 @@ from memtap.scoring.scorers import make_scorer
 SAMPLE = SHARED_DATA / "memprobe" / "suite56-sample.jsonl"
 SCHEMA = Path(__file__).resolve().parent.parent / "memtap" / "scoring" / "memtap-score-1.schema.json"
 SHORT = {"correct": "C", "partial": "P", "incorrect": "I", "skip": "S"}
+# One pytest-xdist worker runs this module, so the replayed sample (a module fixture) is built once.
+pytestmark = pytest.mark.xdist_group("answer_scorer_cli")
 
 
 def run_cli(*args: str) -> Result:

@@ -13,7 +13,9 @@ from conftest import MEMORY_SERVER
 
 from memtap.harness.scenarios import disk_fault, kill_memtap, load, upstream_faults
 
-pytestmark = pytest.mark.anyio
+# serial: the scenarios bound how late a call may be answered (a wall-clock bound), so `make pytest`
+# runs them alone, after the rest of the suite, not beside another worker (pyproject.toml, Makefile).
+pytestmark = [pytest.mark.anyio, pytest.mark.serial]
 
 CLIENTS, CALLS = 16, 15
 

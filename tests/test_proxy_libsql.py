@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 from click.testing import CliRunner
-from conftest import ServerProcess, http_client, meta, write_config
+from conftest import HUNG_TIMEOUT_S, ServerProcess, http_client, meta, write_config
 from mcp import Client, MCPError
 from wrapped_servers import libsql_server
 
@@ -185,7 +185,7 @@ def test_libsql_named_entities_include_the_names_as_the_server_stores_them() -> 
 async def test_a_libsql_write_that_lands_after_its_timeout_is_reconciled_before_the_next_write(
     tmp_path: Path, start_http_server: StartServer
 ) -> None:
-    entry = {**libsql_server(tmp_path), "memtap": {"timeout": 1}}
+    entry = {**libsql_server(tmp_path), "memtap": {"timeout": HUNG_TIMEOUT_S}}
     config = write_config(tmp_path, {"graph": entry})
     server = start_http_server("--config", str(config), command="proxy")
     person = {"entities": [{"name": "erin", "entityType": "person", "observations": ["plays go"]}]}
@@ -204,7 +204,7 @@ async def test_a_libsql_write_that_lands_after_its_timeout_is_reconciled_before_
                 await anyio.sleep(0.02)
         later = {"entities": [{"name": "finn", "entityType": "person", "observations": ["sails"]}]}
         assert not (await client.call_tool("create_entities", later)).is_error
-    assert hung.value.message == "upstream 'graph' did not answer tools/call within 1 s"
+    assert hung.value.message == f"upstream 'graph' did not answer tools/call within {HUNG_TIMEOUT_S} s"
     assert server.stop() == 0
     events, _ = trace_of(server.db)
     [settled] = [e for e in events if e.tool == "upstream/reconcile"]  # recorded inside the next write

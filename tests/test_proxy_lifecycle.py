@@ -15,7 +15,7 @@ import anyio
 import httpx2
 import pytest
 from click.testing import CliRunner
-from conftest import ServerProcess, http_client, misbehaving_server, write_config
+from conftest import HUNG_TIMEOUT_S, ServerProcess, http_client, misbehaving_server, write_config
 from mcp import MCPError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_TIMEOUT
 
@@ -82,7 +82,7 @@ async def test_killed_upstream_fails_the_next_call_and_the_one_after_succeeds_on
 async def test_bad_upstreams_get_clear_errors_recorded_events_and_spare_the_others(
     tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
 ) -> None:
-    odd = {**misbehaving_server(), "memtap": {"timeout": 2}}
+    odd = {**misbehaving_server(), "memtap": {"timeout": HUNG_TIMEOUT_S}}
     config = write_config(
         tmp_path,
         {
@@ -112,7 +112,7 @@ async def test_bad_upstreams_get_clear_errors_recorded_events_and_spare_the_othe
     assert ok_odd.content[0].text == "odd search"  # type: ignore[union-attr]
     assert (errors["malformed"].code, errors["hang"].code) == (INTERNAL_ERROR, REQUEST_TIMEOUT)
     assert "upstream 'odd' returned a malformed result for malformed: content" in errors["malformed"].message
-    assert errors["hang"].message == "upstream 'odd' did not answer tools/call within 2 s"
+    assert errors["hang"].message == f"upstream 'odd' did not answer tools/call within {HUNG_TIMEOUT_S} s"
     assert errors["no_such_tool"].code == INVALID_PARAMS
     assert errors["no_such_tool"].message.startswith("unknown tool 'no_such_tool'; the upstreams offer: ")
     assert "upstream 'odd' exited with code 7" in errors["crash"].message
@@ -166,7 +166,7 @@ async def test_bad_upstreams_get_clear_errors_recorded_events_and_spare_the_othe
 async def test_client_that_disconnects_mid_call_loses_no_event_and_the_proxy_stays_up(
     tmp_path: Path, start_http_server: StartServer
 ) -> None:
-    config = write_config(tmp_path, {"odd": {**misbehaving_server(), "memtap": {"timeout": 1}}})
+    config = write_config(tmp_path, {"odd": {**misbehaving_server(), "memtap": {"timeout": HUNG_TIMEOUT_S}}})
     server = start_http_server("--config", str(config), command="proxy")
     async with http_client(server.url) as client:
         await client.list_tools()
@@ -180,7 +180,7 @@ async def test_client_that_disconnects_mid_call_loses_no_event_and_the_proxy_sta
     events = store.list_events()
     store.close()
     assert [(e.tool, e.status) for e in events] == [("hang", "error"), ("echo", "ok")]
-    assert events[0].error == "upstream 'odd' did not answer tools/call within 1 s"
+    assert events[0].error == f"upstream 'odd' did not answer tools/call within {HUNG_TIMEOUT_S} s"
 
 
 async def test_failed_start_backs_off_and_a_call_that_cannot_wait_is_refused_at_once(

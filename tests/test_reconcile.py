@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from click.testing import CliRunner
-from conftest import MEMORY_SERVER, ROOT, ServerProcess, http_client, write_config
+from conftest import HUNG_TIMEOUT_S, MEMORY_SERVER, ROOT, ServerProcess, http_client, write_config
 from mcp import MCPError
 
 from memtap.adapters.memory_server import observation_id
@@ -131,13 +131,13 @@ async def test_a_write_that_lands_after_its_timeout_is_reconciled_before_the_nex
     tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
 ) -> None:
     memory_file = tmp_path / "memory.jsonl"
-    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
+    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": HUNG_TIMEOUT_S}}})
     server = start_http_server("--config", str(config), command="proxy")
     async with http_client(server.url) as client:
         await create_person(client, "bob", "plays chess")
         hung = await write_while_hung(server, client, memory_file, "bob", "learned go")
         await client.call_tool("add_observations", add("bob", "won a game"))
-    assert hung.message == "upstream 'memory' did not answer tools/call within 1 s"
+    assert hung.message == f"upstream 'memory' did not answer tools/call within {HUNG_TIMEOUT_S} s"
     assert server.stop() == 0
     store = TraceStore(server.db)
     events = store.list_events()
@@ -284,7 +284,7 @@ async def test_a_late_write_with_no_write_after_it_is_reconciled_when_the_proxy_
     tmp_path: Path, memory_server: dict[str, Any], start_http_server: StartServer
 ) -> None:
     memory_file = tmp_path / "memory.jsonl"
-    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
+    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": HUNG_TIMEOUT_S}}})
     server = start_http_server("--config", str(config), command="proxy")
     async with http_client(server.url) as client:
         await create_person(client, "cy")
@@ -368,7 +368,7 @@ async def test_a_late_write_is_reconciled_under_the_namespaces_content_policy(
     import hashlib
 
     memory_file = tmp_path / "memory.jsonl"
-    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": 1}}})
+    config = write_config(tmp_path, {"memory": {**memory_server, "memtap": {"timeout": HUNG_TIMEOUT_S}}})
     server = start_http_server("--config", str(config), "--content-policy", "*=hashed", command="proxy")
     async with http_client(server.url) as client:
         await client.call_tool("create_entities", {"entities": [{"name": "dee", "entityType": "person",

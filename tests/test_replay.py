@@ -131,6 +131,11 @@ def test_a_suite_that_does_not_validate_is_refused_before_anything_is_replayed(t
     assert not db.exists()
 
 
+# serial: runs alone, after the parallel part. Its Ctrl-C is sometimes not acted on: the replay runs
+# to the end and exits 0 (seen in a pytest-xdist run at load ~7, and, with the replay held on an LLM
+# reader's request when the signal was sent, in 2 of 3 runs at load ~10): a bug in the replay's
+# handling of SIGINT, not only this test's timing; see the suite-fast branch's report.
+@pytest.mark.serial
 def test_interrupted_replay_resumes_without_duplicated_or_missing_sessions(tmp_path: Path) -> None:
     suite_path = small_suite(tmp_path / "suite.jsonl", paradigms=10, permission=0, seed=5)
     episodes = load_suite(suite_path).episodes

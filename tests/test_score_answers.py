@@ -14,6 +14,8 @@ from memtap.scoring.permission import classify_permission, permission_correct
 from memtap.scoring.text import normalise_value, value_match
 
 SAMPLE = SHARED_DATA / "memprobe" / "suite56-sample.jsonl"
+# One pytest-xdist worker runs this module, so the imported sample (a module fixture) is read once.
+pytestmark = pytest.mark.xdist_group("score_answers")
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ from memtap.probes.suitefile import write_suite
 from memtap.scoring.measures import HEADLINE
 
 SCHEMA = Path(__file__).resolve().parent.parent / "memtap" / "scoring" / "memtap-score-1.schema.json"
+# One pytest-xdist worker runs this module, so its two replays (a module fixture) are run once.
+pytestmark = pytest.mark.xdist_group("score_cli")
 
 
 def run_cli(*args: str) -> Result:

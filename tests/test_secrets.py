@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import http_client, meta
+from conftest import START_TIMEOUT_S, http_client, meta
 
-from memtap.probes.targets._server import free_port, wait_healthy
+from memtap.probes.targets._server import announced_port, wait_healthy
 from memtap.trace.store import TraceStore
 
 API_KEY = "sk-memtap-alice-5c1e7d"
@@ -41,7 +41,6 @@ memtap:
   memory: auto
   routes: {{via-litellm: {{via: litellm}}}}
 """)
-    port = free_port()
     db = tmp_path / "data" / "trace.db"
     db.parent.mkdir()
     log = tmp_path / "stderr.log"
@@ -49,12 +48,14 @@ memtap:
            "MEMTAP_OTEL_CAPTURE_CONTENT": "true"}  # fmt: skip
     with log.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{port}", "--db", str(db),
+            [sys.executable, "-m", "memtap", "serve", "--http", "127.0.0.1:0", "--db", str(db),
              "--config", str(config), "--console-spans", "-v"],
             stdout=subprocess.DEVNULL, stderr=err, env=env,
         )  # fmt: skip
     try:
-        assert wait_healthy(f"http://127.0.0.1:{port}", proc) is not None, log.read_text()
+        port = announced_port(lambda: log.read_text(errors="replace"), proc, START_TIMEOUT_S)
+        healthy = port and wait_healthy(f"http://127.0.0.1:{port}", proc, START_TIMEOUT_S)
+        assert healthy, log.read_text()
         yield port, db, log, proc
     finally:
         if proc.poll() is None:

@@ -17,23 +17,40 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import http_client, run_memory_script
+from click.testing import CliRunner
+from conftest import START_TIMEOUT_S, http_client, run_memory_script
 
-from memtap.probes.targets._server import free_port, wait_healthy
+from memtap.cli.main import cli
+from memtap.probes.targets._server import announced_port, wait_healthy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium binary on PATH (`make pytest` installs Debian's chromium package)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no chromium binary on PATH (`make pytest` installs Debian's chromium package)",
+    ),
+    # One pytest-xdist worker runs this module, so its site and browser (module fixtures) start once.
+    pytest.mark.xdist_group("ui_browser"),
+]
 SCRIPT = "<script>window.pwned = 1</script>Remember the <b>tags</b>"
 
 
 def _memtap(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "memtap", *args], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    """A memtap command, run in this process (no interpreter to start: it imports nothing new)."""
+    done = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert done.exit_code == 0, done.output[-2000:]
+    return done.output
+
+
+def _off_loop(work: Callable[[], Any]) -> Any:
+    """Run ``work`` in its own thread: a command that runs an event loop (replay) cannot run on
+    this thread once Playwright's sync API owns its loop."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(work()))
+    thread.start()
+    thread.join(300)
+    assert out, "the command did not finish"
+    return out[0]
 
 
 def _in_thread(work: Callable[[], Awaitable[Any]]) -> Any:
@@ -68,16 +85,23 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     suite = work / "suite.jsonl"
     _memtap("suite", "gen", "paradigms", "--seed", "7", "--episodes", "2", "-o", str(suite))
     for run in ("runA", "runB"):
-        _memtap("replay", str(suite), "--target", "builtin", "--run", run, "--db", str(db))
+        _off_loop(
+            lambda run=run: _memtap(
+                "replay", str(suite), "--target", "builtin", "--run", run, "--db", str(db)
+            )
+        )
         _memtap("score", run, "--db", str(db))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memtap", "serve", "--http", f"127.0.0.1:{port}", "--db", str(db)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    log = work / "serve.stderr"
+    with log.open("wb") as err:  # port 0: the port it binds is read from what it prints
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memtap", "serve", "--http", "127.0.0.1:0", "--db", str(db)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
-        assert wait_healthy(f"http://127.0.0.1:{port}", proc) is not None
+        port = announced_port(lambda: log.read_text(errors="replace"), proc, START_TIMEOUT_S)
+        healthy = port and wait_healthy(f"http://127.0.0.1:{port}", proc, START_TIMEOUT_S)
+        assert healthy, log.read_text()
         shots = Path(os.environ.get("MEMTAP_SCREENSHOTS", work / "screenshots"))
         shots.mkdir(parents=True, exist_ok=True)
         print(f"\nscreenshots of the dashboard: {shots}")

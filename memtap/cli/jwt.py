@@ -52,11 +52,6 @@ def jwt_authenticators(
 ) -> list[Any]:
     """The JWT authenticator the flags and the config's ``memtap.jwt`` describe, its key set loaded
     (a missing file or unreachable URL stops the start with a one-line error), or none."""
-    from pydantic import ValidationError
-
-    from memtap.auth.jwt import JwtAuthenticator
-    from memtap.auth.jwt_config import JwtSettings
-
     base = config.memtap.jwt
     flags = {
         "issuer": jwt_issuer,
@@ -67,6 +62,11 @@ def jwt_authenticators(
     given = {name: value for name, value in flags.items() if value is not None}
     if base is None and not given:
         return []
+    from pydantic import ValidationError
+
+    from memtap.auth.jwt import JwtAuthenticator  # PyJWT and cryptography: only when JWTs are wanted
+    from memtap.auth.jwt_config import JwtSettings
+
     fields = {**(base.model_dump(exclude_unset=True) if base is not None else {}), **given}
     try:
         settings = JwtSettings.model_validate(fields)

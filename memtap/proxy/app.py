@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +19,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Mount, Route
 
 from memtap import __version__
-from memtap.auth.resource import ProtectedResource
 from memtap.proxy.api_docs import Health, install_openapi
 from memtap.proxy.fast_routes import FastRoutesApp
 from memtap.proxy.guard import RequestGuard, validation_error
@@ -27,6 +26,11 @@ from memtap.proxy.mcp_server import build_mcp_server
 from memtap.proxy.openai_api import OpenAIFrontDoor
 from memtap.proxy.replay_clock import mount_replay_clock
 from memtap.proxy.runtime import Runtime, is_loopback
+
+if TYPE_CHECKING:  # imported when bearer JWTs are configured: PyJWT and cryptography load with it
+    from starlette.applications import Starlette
+
+    from memtap.auth.resource import ProtectedResource
 
 __all__ = ["create_app"]
 
@@ -155,22 +159,29 @@ def create_app(runtime: Runtime, *, host: str = "127.0.0.1") -> FastAPI:
         app.router.routes.append(
             Route("/servers/{name}/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
         )
-    from memtap.ui import create_ui_app  # the read-only dashboard, behind the same gate and grants
+    from memtap.ui.mount import OnFirstRequest
 
-    dashboard = create_ui_app(
-        settings.db,
-        policy=settings.policy,
-        authentication=authentication,
-        upstreams=runtime.upstreams.status if runtime.upstreams is not None else None,
-        loopback_only=is_loopback(host) and not settings.authenticated,
-    )
-    app.router.routes.append(Mount("/ui", app=dashboard))
+    def dashboard() -> Starlette:  # the read-only dashboard, behind the same gate and grants
+        from memtap.ui.app import create_ui_app
+
+        return create_ui_app(
+            settings.db,
+            policy=settings.policy,
+            authentication=authentication,
+            upstreams=runtime.upstreams.status if runtime.upstreams is not None else None,
+            loopback_only=is_loopback(host) and not settings.authenticated,
+        )
+
+    app.router.routes.append(Mount("/ui", app=OnFirstRequest(dashboard)))
     return app
 
 
 def _protected_resource(runtime: Runtime) -> ProtectedResource | None:
     """The OAuth protected resource of a server that accepts bearer JWTs (memtap/auth/jwt.py)."""
+    if not runtime.settings.authenticators:
+        return None
     from memtap.auth.jwt import JwtAuthenticator
+    from memtap.auth.resource import ProtectedResource
 
     for each in runtime.settings.authenticators:
         if isinstance(each, JwtAuthenticator):

@@ -1,7 +1,30 @@
 """The dashboards: a read-only web dashboard over a trace file (``memtap ui``, and ``/ui`` in
-``memtap serve``/``memtap proxy``) and the self-contained run report (``memtap report``)."""
+``memtap serve``/``memtap proxy``) and the self-contained run report (``memtap report``).
 
-from memtap.ui.app import create_ui_app
-from memtap.ui.report import render_report
+The names load on first use (PEP 562): a server imports :mod:`memtap.ui.mount` without the pages."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memtap.ui.app import create_ui_app
+    from memtap.ui.report import render_report
+
+_EXPORTS = {"create_ui_app": "memtap.ui.app", "render_report": "memtap.ui.report"}
 
 __all__ = ["create_ui_app", "render_report"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memtap.ui' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
