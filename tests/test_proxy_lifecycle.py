@@ -115,6 +115,9 @@ async def test_bad_upstreams_get_clear_errors_recorded_events_and_spare_the_othe
     assert errors["hang"].message == f"upstream 'odd' did not answer tools/call within {HUNG_TIMEOUT_S} s"
     assert errors["no_such_tool"].code == INVALID_PARAMS
     assert errors["no_such_tool"].message.startswith("unknown tool 'no_such_tool'; the upstreams offer: ")
+    # an upstream that is not up may offer it: the error names those (failed here), not the ready ones
+    assert "; not listed yet: 'missing' is failed (" in errors["no_such_tool"].message
+    assert "'memory' is" not in errors["no_such_tool"].message
     assert "upstream 'odd' exited with code 7" in errors["crash"].message
     assert echoed.content[0].text == "still here"  # type: ignore[union-attr]
     assert prompt.messages[0].content.text == "Say hello to Ada."  # type: ignore[union-attr]

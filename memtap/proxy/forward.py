@@ -290,6 +290,16 @@ class _Router:
         schema = spec.get("inputSchema") if spec is not None else None
         return schema if isinstance(schema, dict) else None
 
+    def unready(self) -> str:
+        """For an unknown tool's error: the upstreams whose tools are not listed because they are
+        not up (still starting within the call's timeout, failed, crashed), which may offer it."""
+        down = [
+            f"{u.name!r} is {u.state}" + (f" ({u.last_error})" if u.last_error else "")
+            for u in self.upstreams()
+            if u.state != State.READY and not u.tools
+        ]
+        return f"; not listed yet: {'; '.join(down)}" if down else ""
+
     async def resolve_tool(self, name: str) -> tuple[Upstream, str] | None:
         if self.only:
             return self.pool.get(self.only), name
@@ -421,7 +431,9 @@ def build_forwarding(
                 )
                 if route is None or upstream is None:
                     offered = ", ".join(sorted(router.tools)) or "none"
-                    raise UnknownTool(f"unknown tool {name!r}; the upstreams offer: {offered}")
+                    raise UnknownTool(
+                        f"unknown tool {name!r}; the upstreams offer: {offered}{router.unready()}"
+                    )
                 tool = route[1]
                 authorise(who, upstream, upstream.kind_of(tool).op, context)
                 await upstream.connection()
