@@ -5,8 +5,9 @@ command and the pytest plugin, which pytest imports in every session) stays chea
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from memtap.lazy import load_export
 
 __version__ = "0.1.0"
 
@@ -136,12 +137,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memtap' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+    return load_export(__name__, _EXPORTS, globals(), name)
 
 
 def __dir__() -> list[str]:

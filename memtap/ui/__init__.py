@@ -5,8 +5,9 @@ The names load on first use (PEP 562): a server imports :mod:`memtap.ui.mount` w
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from memtap.lazy import load_export
 
 if TYPE_CHECKING:
     from memtap.ui.app import create_ui_app
@@ -18,12 +19,7 @@ __all__ = ["create_ui_app", "render_report"]
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memtap.ui' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+    return load_export(__name__, _EXPORTS, globals(), name)
 
 
 def __dir__() -> list[str]:
