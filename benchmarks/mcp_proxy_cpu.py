@@ -23,7 +23,6 @@ calls is the function calls per forwarded call.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -32,24 +31,10 @@ import time
 from pathlib import Path
 
 import anyio
+from mcp_proxy_overhead import cpu_s, proxy_pid  # this folder is first on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "node_modules" / ".bin" / "mcp-server-memory"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proxy_pid(db: Path) -> int:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-                if b"proxy" in cmdline and str(db).encode() in cmdline:
-                    return int(entry.name)
-    raise SystemExit(f"no memtap proxy process writing {db}")
 
 
 # Runs memtap proxy --stdio ARGS... with a profile hook counting function calls while it serves;
@@ -98,12 +83,14 @@ async def one(
         for i in range(30 if count is None else 0):
             await client.call_tool("search_nodes", {"query": f"warm {i}"})
         pid = proxy_pid(db) if count is None else None
-        cpu, wall = cpu_seconds(pid) if pid else 0.0, time.perf_counter()
+        if count is None and pid is None:
+            raise SystemExit(f"no memtap proxy process writing {db}")
+        cpu, wall = cpu_s(pid) if pid else 0.0, time.perf_counter()
         for i in range(calls):
             entity = {"name": f"e{i}", "entityType": "thing", "observations": [f"fact {i}"]}
             await client.call_tool("create_entities", {"entities": [entity]})
             await client.call_tool("search_nodes", {"query": f"fact {i}"})
-        used = cpu_seconds(pid) - cpu if pid else 0.0
+        used = cpu_s(pid) - cpu if pid else 0.0
         return used / (2 * calls), (time.perf_counter() - wall) / (2 * calls)
 
 
