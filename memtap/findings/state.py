@@ -14,7 +14,7 @@ from typing import Any
 
 from memtap.findings.facts import facts, normalise, word_set
 from memtap.findings.index import NamespaceIndex, compared_sizes, jaccard_at_least_09
-from memtap.findings.supersede import clauses, openings
+from memtap.findings.supersede import clause_tuple, openings
 from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Op, TraceEvent
 
 __all__ = ["LiveItem", "Removal", "TraceState", "effect_namespace", "last_user_text"]
@@ -44,7 +44,7 @@ class LiveItem:
     words: frozenset[str] = field(init=False, repr=False, compare=False)
     openings: frozenset[str] = field(init=False, repr=False, compare=False)
     _normalised: str | None = field(default=None, init=False, repr=False, compare=False)
-    _clauses: list[tuple[str, ...]] | None = field(default=None, init=False, repr=False, compare=False)
+    _clauses: tuple[tuple[str, ...], ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.facts = facts(self.content)
@@ -59,9 +59,9 @@ class LiveItem:
         return self._normalised
 
     @property
-    def clauses(self) -> list[tuple[str, ...]]:
+    def clauses(self) -> tuple[tuple[str, ...], ...]:
         if self._clauses is None:
-            self._clauses = clauses(self.content)
+            self._clauses = clause_tuple(self.content)
         return self._clauses
 
 

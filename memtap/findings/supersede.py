@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from memtap.findings.facts import asks_to_forget, is_correction, normalise, words
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # state.py caches each live item's clauses and openings with 
 __all__ = [
     "Corrections",
     "Superseded",
+    "clause_tuple",
     "clauses",
     "openings",
     "replaced_facts",
@@ -67,6 +69,12 @@ def states_change(text: str) -> bool:
 def clauses(text: str) -> list[tuple[str, ...]]:
     """The statements of ``text``: each sentence or colon/semicolon part as normalised words;
     requests to forget and questions are left out."""
+    return list(clause_tuple(text))
+
+
+@lru_cache(maxsize=8192)  # one write's content is asked for by several rules, and again when it is live
+def clause_tuple(text: str) -> tuple[tuple[str, ...], ...]:
+    """``clauses(text)``, worked out once per text (shared: read it, never change it)."""
     protected = _ABBREVIATION.sub(lambda m: m.group(0).replace(". ", "\0 "), text)
     out = []
     for part in _SPLIT.split(protected):
@@ -76,7 +84,7 @@ def clauses(text: str) -> list[tuple[str, ...]]:
         words = tuple(normalise(part).split())
         if words:
             out.append(words)
-    return out
+    return tuple(out)
 
 
 def openings(text: str) -> frozenset[str]:
@@ -148,9 +156,9 @@ def replaced_facts(
     work by bike" does not."""
     wanted = {f: set(normalise(f).split()) for f in candidates}
     value_words = {w for v in values for w in normalise(v).split()}
-    news = clauses(new_text)
+    news = clause_tuple(new_text)
     out: set[str] = set()
-    for old in clauses(old_text):
+    for old in clause_tuple(old_text):
         held = set(old)
         holding = [f for f, key in wanted.items() if f not in out and key and key <= held]
         if not holding:
@@ -168,16 +176,18 @@ def replaced_facts(
 def superseded(new_text: str, old_texts: Iterable[str]) -> Iterator[tuple[int, Superseded]]:
     """For each of ``old_texts`` (by position) that states a subject of ``new_text`` with another
     value, the first such pair of clauses."""
-    mine = clauses(new_text)
+    mine = clause_tuple(new_text)
     if not mine:
         return
     for n, old_text in enumerate(old_texts):
-        found = first_superseded(mine, clauses(old_text))
+        found = first_superseded(mine, clause_tuple(old_text))
         if found is not None:
             yield n, found
 
 
-def first_superseded(mine: list[tuple[str, ...]], theirs: list[tuple[str, ...]]) -> Superseded | None:
+def first_superseded(
+    mine: Sequence[tuple[str, ...]], theirs: Sequence[tuple[str, ...]]
+) -> Superseded | None:
     """The first clause of ``theirs`` (in order) that a clause of ``mine`` (the first that does)
     gives another value. Pairs that cannot share the words ``_compare`` needs are passed over
     first: a shared opening word and, since at least three words are shared in all, either the
@@ -201,7 +211,7 @@ def self_superseded(text: str) -> Superseded | None:
     the old value beside the new one, as a summarising memory that merges a correction into what
     it held ("Our office is at 88 King Road. That has changed. Our office is at 12 Harbour
     Street.")."""
-    said = clauses(text)
+    said = clause_tuple(text)
     for j in range(1, len(said)):
         plain = [c for c in said[:j] if not is_correction(" ".join(c))]
         found = first_superseded([said[j]], plain) if plain else None
@@ -231,7 +241,7 @@ def superseded_findings(
     another value, in the order the items became live. Only the items with a clause opening with
     the word one of ``eff``'s clauses opens with are compared (the state's opening index): the
     others share no opening word with it, which ``_compare`` requires."""
-    mine = clauses(eff.content_after or "")
+    mine = clause_tuple(eff.content_after or "")
     ends = [(c[0], c[1], c[-1]) for c in mine if len(c) >= 2]
     if not ends:
         return  # no clause of two words or more: none can give a subject another value
@@ -268,6 +278,16 @@ class _Change:
     content: str
 
 
+class _Kept:
+    """The change clauses kept for one namespace, oldest first: all of them, and by opening word."""
+
+    __slots__ = ("by_head", "order")
+
+    def __init__(self) -> None:
+        self.order: list[_Change] = []
+        self.by_head: dict[str, list[_Change]] = {}
+
+
 class Corrections:
     """The clauses the change statements of each namespace stored, for the restated-value rule: a
     later write that states one of their subjects with another value, without saying anything
@@ -281,18 +301,34 @@ class Corrections:
     NAMESPACES = 4096  # namespaces kept, the one changed least recently dropped first
 
     def __init__(self) -> None:
-        self._by_ns: OrderedDict[str, list[_Change]] = OrderedDict()
+        self._by_ns: OrderedDict[str, _Kept] = OrderedDict()
 
     def register(self, namespace: str, eff: MemoryEffect, event: TraceEvent) -> None:
         """Remember the clauses of a change statement ``eff`` wrote."""
         content = eff.content_after or ""
-        kept = self._by_ns.pop(namespace, [])
-        for clause in clauses(content):
+        kept = self._by_ns.pop(namespace, None) or _Kept()
+        for clause in clause_tuple(content):
             if len(clause) < 2:
                 continue
-            kept = [c for c in kept if c.clause != clause and _compare(clause, c.clause) is None]
-            kept.append(_Change(clause, eff.item_id, event.id, content))
-        self._by_ns[namespace] = kept[-self.PER_NAMESPACE :]
+            # Only a kept clause opening with the same word can be this one or one it gives another
+            # value (``_compare`` needs a shared opening word): the others are kept unasked.
+            first = clause[0]
+            same = kept.by_head.get(first)
+            if same:
+                gone = {id(c) for c in same if c.clause == clause or _compare(clause, c.clause) is not None}
+                if gone:
+                    kept.by_head[first] = [c for c in same if id(c) not in gone]
+                    kept.order = [c for c in kept.order if id(c) not in gone]
+            change = _Change(clause, eff.item_id, event.id, content)
+            kept.order.append(change)
+            kept.by_head.setdefault(first, []).append(change)
+        excess = len(kept.order) - self.PER_NAMESPACE
+        if excess > 0:
+            for old in kept.order[:excess]:  # the oldest of all is the oldest of its opening word
+                same = kept.by_head[old.clause[0]]
+                del same[next(n for n, c in enumerate(same) if c is old)]
+            del kept.order[:excess]
+        self._by_ns[namespace] = kept
         while len(self._by_ns) > self.NAMESPACES:
             self._by_ns.popitem(last=False)
 
@@ -302,11 +338,18 @@ class Corrections:
 
     def restated(self, namespace: str, content: str) -> tuple[_Change, Superseded] | None:
         """The first remembered change whose subject ``content`` states with another value."""
-        changes = self._by_ns.get(namespace)
-        if not changes:
+        kept = self._by_ns.get(namespace)
+        if kept is None or not kept.order:
             return None
-        mine = clauses(content)
-        for change in reversed(changes):  # the latest change of a subject first
+        mine = clause_tuple(content)
+        # ``first_superseded`` pairs only clauses of two words or more opening with the same word:
+        # only the changes opening with one of ``mine``'s opening words are asked, latest first.
+        firsts = {c[0] for c in mine if len(c) >= 2}
+        if len(firsts) == 1:
+            candidates: Sequence[_Change] = kept.by_head.get(next(iter(firsts)), ())
+        else:
+            candidates = [c for c in kept.order if c.clause[0] in firsts]
+        for change in reversed(candidates):  # the latest change of a subject first
             found = first_superseded([change.clause], mine)
             if found is not None:
                 return change, found
