@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from memtap.findings.facts import asks_to_forget, is_correction, normalise, words
+from memtap.findings.facts import asks_to_forget, is_correction, normalise, word_set, words
 from memtap.findings.model import Detector, Finding, finding_for
 from memtap.trace.models import MemoryEffect, TraceEvent
 
@@ -87,6 +87,7 @@ def clause_tuple(text: str) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=8192)  # a write's, asked when it is judged and again when it is made live
 def openings(text: str) -> frozenset[str]:
     """A superset of the opening words of ``clauses(text)``, cheaply: the first word of every part
     the text splits into at a sentence end. Titles are not protected and no part is left out here:
@@ -185,9 +186,7 @@ def superseded(new_text: str, old_texts: Iterable[str]) -> Iterator[tuple[int, S
             yield n, found
 
 
-def first_superseded(
-    mine: Sequence[tuple[str, ...]], theirs: Sequence[tuple[str, ...]]
-) -> Superseded | None:
+def first_superseded(mine: Sequence[tuple[str, ...]], theirs: Sequence[tuple[str, ...]]) -> Superseded | None:
     """The first clause of ``theirs`` (in order) that a clause of ``mine`` (the first that does)
     gives another value. Pairs that cannot share the words ``_compare`` needs are passed over
     first: a shared opening word and, since at least three words are shared in all, either the
@@ -287,6 +286,21 @@ class _Kept:
         self.order: list[_Change] = []
         self.by_head: dict[str, list[_Change]] = {}
 
+    def may_restate(self, content: str) -> bool:
+        """Whether a kept clause can be one a clause of ``content`` gives another value, from the
+        content's words alone: ``first_superseded`` pairs clauses that open with the same word (one
+        of ``openings(content)``) and share the second or the last word too (words of ``content``),
+        so a kept clause with none of these is passed over without working out its clauses."""
+        content_words: frozenset[str] | None = None
+        for head in openings(content):
+            same = self.by_head.get(head)
+            if same:
+                if content_words is None:
+                    content_words = word_set(content)
+                if any(c.clause[1] in content_words or c.clause[-1] in content_words for c in same):
+                    return True
+        return False
+
 
 class Corrections:
     """The clauses the change statements of each namespace stored, for the restated-value rule: a
@@ -339,7 +353,7 @@ class Corrections:
     def restated(self, namespace: str, content: str) -> tuple[_Change, Superseded] | None:
         """The first remembered change whose subject ``content`` states with another value."""
         kept = self._by_ns.get(namespace)
-        if kept is None or not kept.order:
+        if kept is None or not kept.order or not kept.may_restate(content):
             return None
         mine = clause_tuple(content)
         # ``first_superseded`` pairs only clauses of two words or more opening with the same word:
