@@ -25,6 +25,12 @@ __all__ = [
     "denied_ids",
 ]
 
+# Enum members and tuples of them as module constants: an ``EffectKind.X`` lookup costs about
+# 0.2 us, and the rules and the state ask them for every effect of a million events.
+_RETRIEVE = EffectKind.RETRIEVE
+_CHAT = Op.CHAT
+_WRITE_KINDS = (EffectKind.ADD, EffectKind.UPDATE)
+
 _DENIED = re.compile(r"^(observe:would-deny|enforce:withheld)=(.*)$")
 _REFUSAL = re.compile(
     r"(may not (read|write|delete|admin|act for|call)|contradicts .* fixed by|in the request contradicts)"
@@ -60,9 +66,7 @@ class LeakRetrieval:
     )
 
     def wants(self, shape: Shape) -> bool:
-        return shape.gate == "deny" or (
-            shape.gate is None and shape.ok and EffectKind.RETRIEVE in shape.kinds
-        )
+        return shape.gate == "deny" or (shape.gate is None and shape.ok and _RETRIEVE in shape.kinds)
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         mode, ids = denied_ids(event.gate)
@@ -73,7 +77,7 @@ class LeakRetrieval:
             mode, judged_here = "observe:would-deny", True
         if mode != "observe:would-deny" or not ids:
             return
-        contents = {e.item_id: e.content_after for e in event.effects if e.kind == EffectKind.RETRIEVE}
+        contents = {e.item_id: e.content_after for e in event.effects if e.kind == _RETRIEVE}
         tags = {}
         for item_id in ids:
             found = _tags_of(event, state, item_id)
@@ -96,7 +100,7 @@ class LeakRetrieval:
 def _tags_of(event: TraceEvent, state: TraceState, item_id: str) -> AccessTags | None:
     """The tags a retrieved item carried: on the retrieve effect, else as the trace last wrote it."""
     for eff in event.effects:
-        if eff.item_id == item_id and eff.kind == EffectKind.RETRIEVE and eff.tags_after is not None:
+        if eff.item_id == item_id and eff.kind == _RETRIEVE and eff.tags_after is not None:
             return eff.tags_after
     item = state.item(event.backend, item_id)
     return item.tags if item is not None else None
@@ -108,7 +112,7 @@ def tags_deny(event: TraceEvent, state: TraceState) -> list[str]:
     requester = requester_of(event)
     out = []
     for eff in event.effects:
-        if eff.kind != EffectKind.RETRIEVE or eff.item_id in out:
+        if eff.kind != _RETRIEVE or eff.item_id in out:
             continue
         tags = _tags_of(event, state, eff.item_id)
         if tags is not None and not tags.permits(requester):
@@ -128,7 +132,7 @@ class CrossNamespace:
     )
 
     def wants(self, shape: Shape) -> bool:
-        return (not shape.ok and shape.error) or EffectKind.RETRIEVE in shape.kinds
+        return (not shape.ok and shape.error) or _RETRIEVE in shape.kinds
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         ctx = event.context
@@ -148,7 +152,7 @@ class CrossNamespace:
             return
         items, backend = state.items, event.backend
         for eff in event.effects:
-            if eff.kind != EffectKind.RETRIEVE:
+            if eff.kind != _RETRIEVE:
                 continue
             item = items.get((backend, eff.item_id))
             owner_ns = item.namespace if item is not None else effect_namespace(event, eff)
@@ -184,9 +188,9 @@ def _texts_of(event: TraceEvent, injected: Mapping[str, str]) -> list[tuple[str,
     injected into it (``result.memory.injected``), whose contents ``injected`` gives by id."""
     out: list[tuple[str, str]] = []
     for eff in event.effects:
-        if eff.kind == EffectKind.RETRIEVE and eff.content_after:
+        if eff.kind == _RETRIEVE and eff.content_after:
             out.append((f"retrieval of {eff.item_id}", eff.content_after))
-    if event.op == Op.CHAT:
+    if event.op == _CHAT:
         sent = [json.dumps(event.arguments, ensure_ascii=False)]
         sent += [injected[i] for i in injected_ids(event.result) if i in injected]
         out.append(("upstream request", "\n".join(sent)))
@@ -241,7 +245,7 @@ class CanaryExposure:
         if not self.canaries:
             return
         for eff in event.effects:  # learn owners, and which items hold a canary, from writes
-            if eff.kind in (EffectKind.ADD, EffectKind.UPDATE) and eff.content_after:
+            if eff.kind in _WRITE_KINDS and eff.content_after:
                 for canary in self.canaries:
                     if canary.value in eff.content_after:
                         _remember_text(self._holding, eff.item_id, eff.content_after)
@@ -293,7 +297,7 @@ class SecretStored:
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
         for eff in event.effects:
-            if eff.kind not in (EffectKind.ADD, EffectKind.UPDATE) or not eff.content_after:
+            if eff.kind not in _WRITE_KINDS or not eff.content_after:
                 continue
             kinds = scan_secrets(eff.content_after, self._NOISY)
             if kinds:
@@ -349,10 +353,10 @@ class LeakInjection:
         self._denied: OrderedDict[str, TraceEvent] = OrderedDict()
 
     def wants(self, shape: Shape) -> bool:
-        return shape.op == Op.CHAT or (shape.parent and shape.gate == "deny")
+        return shape.op == _CHAT or (shape.parent and shape.gate == "deny")
 
     def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
-        if event.op == Op.CHAT:
+        if event.op == _CHAT:
             _remember(self._chats, event.id, event)
             for link in event.links:
                 search = self._denied.pop(link, None)
@@ -369,7 +373,7 @@ class LeakInjection:
 
     def _judge(self, chat: TraceEvent, search: TraceEvent, state: TraceState) -> Iterator[Finding]:
         mode, ids = denied_ids(search.gate)
-        contents = {e.item_id: e.content_after or "" for e in search.effects if e.kind == EffectKind.RETRIEVE}
+        contents = {e.item_id: e.content_after or "" for e in search.effects if e.kind == _RETRIEVE}
         for item_id in ids:
             item = state.item(search.backend, item_id)
             if item is not None and not contents.get(item_id):
