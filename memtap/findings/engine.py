@@ -148,18 +148,27 @@ class Engine:
         return chosen
 
     def feed(self, events: Iterable[TraceEvent]) -> list[Finding]:
-        found: list[Finding] = []
+        return [finding for _, finding in self.feed_seen(events)]
+
+    def feed_seen(self, events: Iterable[TraceEvent]) -> list[tuple[str, Finding]]:
+        """``feed``, each finding paired with the id of the event that was seen when it was found
+        (a finding may be located at an earlier event: a chat judged when its search is seen)."""
+        found: list[tuple[str, Finding]] = []
+        append, state, stats = found.append, self.state, self.stats
         for event in events:
-            self.stats.events += 1
+            stats.events += 1
+            seen = event.id
             for detector in self.detectors_for(event):
                 try:
-                    found.extend(detector.observe(event, self.state))
+                    for finding in detector.observe(event, state):
+                        append((seen, finding))
                 except Exception as exc:  # a broken rule must not stop the others, nor recording
-                    self.stats.detector_errors += 1
-                    self.stats.last_error = f"{detector.name} on {event.id}: {type(exc).__name__}: {exc}"
-                    self.stats.last_error_event = event.id
-            self.state.apply(event)
-        for finding in found:
-            self.stats.findings += 1
-            self.stats.by_kind[finding.kind] = self.stats.by_kind.get(finding.kind, 0) + 1
+                    stats.detector_errors += 1
+                    stats.last_error = f"{detector.name} on {event.id}: {type(exc).__name__}: {exc}"
+                    stats.last_error_event = event.id
+            state.apply(event)
+        by_kind = stats.by_kind
+        for _, finding in found:
+            stats.findings += 1
+            by_kind[finding.kind] = by_kind.get(finding.kind, 0) + 1
         return found

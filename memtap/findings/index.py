@@ -10,7 +10,7 @@ accept, and those candidates are then checked with the rule's own test.
 * **Near-duplicate signatures.** Word sets A and B with Jaccard >= 0.9 (``19 s >= 9 (a + b)``,
   s shared) differ in at most ``(a + b) // 19`` words. Split the words into ``k`` groups (by
   hash) with ``k`` above that: by pigeonhole, A and B agree exactly on one group. Each item is
-  stored under (k, group, its words in the group) for every ``k`` a query of a size that
+  stored under (k, group, a hash of its words in the group) for every ``k`` a query of a size that
   compares it could use; a query looks up its own ``k`` keys.
 * **Openings.** Two clauses state one subject with another value only when they open with the
   same word (``supersede.py``): each opening word maps to the live items with a clause opening
@@ -53,17 +53,22 @@ def _groups_for_item(size: int) -> tuple[int, ...]:
     return tuple(sorted(ks))
 
 
+Signature = tuple[int, int, int]  # (k, group, a hash of the group's words)
+
+
 @lru_cache(maxsize=8192)  # a written item's words: signed when the duplicate rule asks, then indexed
-def _signatures(words: frozenset[str], k: int) -> tuple[tuple[int, int, frozenset[str]], ...]:
+def _signatures(words: frozenset[str], k: int) -> tuple[Signature, ...]:
+    """Each of the ``k`` groups of ``words`` (by each word's hash) as (k, group, a hash of its
+    words): equal groups sign alike; two unequal ones rarely do, and then only add a candidate
+    the rule's own test turns down. (A hash, not the group's words: nothing is built per group
+    and the index holds an int per item, not a set of its words.)"""
     if k == 1:
-        return ((1, 0, words),)
-    if k == 2:
-        odd = frozenset([w for w in words if hash(w) & 1])
-        return ((2, 0, words - odd), (2, 1, odd))
-    parts: list[list[str]] = [[] for _ in range(k)]
+        return ((1, 0, hash(words)),)
+    sums = [0] * k
     for word in words:
-        parts[hash(word) % k].append(word)
-    return tuple((k, g, frozenset(part)) for g, part in enumerate(parts))
+        h = hash(word)
+        sums[h % k] ^= h
+    return tuple((k, g, total) for g, total in enumerate(sums))
 
 
 class NamespaceIndex:
@@ -71,7 +76,7 @@ class NamespaceIndex:
 
     def __init__(self) -> None:
         self.by_word: defaultdict[str, set[Key]] = defaultdict(set)
-        self.by_signature: defaultdict[tuple[int, int, frozenset[str]], set[Key]] = defaultdict(set)
+        self.by_signature: defaultdict[Signature, set[Key]] = defaultdict(set)
         self.by_opening: defaultdict[str, set[Key]] = defaultdict(set)
 
     def add(self, key: Key, words: frozenset[str], openings: frozenset[str]) -> None:
@@ -86,7 +91,7 @@ class NamespaceIndex:
                 by_signature[signature].add(key)
 
     def remove(self, key: Key, words: frozenset[str], openings: frozenset[str]) -> None:
-        # Emptied sets stay (one per word or signature ever seen): cheaper than deleting and
+        # Emptied word and opening sets stay (one per word ever seen): cheaper than deleting and
         # making them again, and the word lookups below treat an empty set as none.
         for word in openings:
             self.by_opening[word].discard(key)
@@ -96,7 +101,10 @@ class NamespaceIndex:
         by_signature = self.by_signature
         for k in _groups_for_item(len(words)):
             for signature in _signatures(words, k):
-                by_signature[signature].discard(key)
+                bucket = by_signature[signature]
+                bucket.discard(key)
+                if not bucket:  # signatures are mostly one item's own: not kept once emptied
+                    del by_signature[signature]
 
     def holding_words(self, words: list[str]) -> set[Key]:
         """The live items whose word set holds every one of ``words`` (for one word, the index's

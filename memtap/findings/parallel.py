@@ -91,6 +91,7 @@ def check_part(
     if keep is not None:
         keep.append(engine)
     stats, found, items, links = engine.stats, result.findings, result.items, result.links
+    add_item = items.add
     after: str | int | None = None
     try:
         with gc_paused():
@@ -100,6 +101,8 @@ def check_part(
                 )
                 if not events:
                     break
+                # What would join this part to another, for the whole page before any of it is
+                # fed (a part that stops is checked again on one engine: its findings are dropped).
                 for event in events:
                     if event.context.namespace not in mine:
                         result.foreign = f"event {event.id} is in namespace {event.context.namespace!r}"
@@ -108,15 +111,16 @@ def check_part(
                         if eff.namespace is not None and eff.namespace not in mine:
                             result.foreign = f"event {event.id} touched namespace {eff.namespace!r}"
                             break
-                        items.add(eff.item_id)
+                        add_item(eff.item_id)
                     if result.foreign is not None:
                         break
                     if event.parent_id is not None:
                         links.add(event.parent_id)
                     if event.links:
                         links.update(event.links)
-                    event_id = event.id
-                    found.extend([(event_id, f) for f in engine.feed((event,))])
+                if result.foreign is not None:
+                    break
+                found.extend(engine.feed_seen(events))
                 result.events += len(events)
     finally:
         conn.close()
