@@ -267,7 +267,7 @@ class StaleCoexistence:
             namespace = effect_namespace(event, eff)
             turns = state.turns.get((namespace, event.context.session))
             sources = [eff.content_after, turns[-1]] if turns else [eff.content_after]
-            cued = any(is_correction(text) for text in sources)
+            cued = is_correction(eff.content_after) or (bool(turns) and is_correction(sources[1]))
             if not cued and not self._corrections.holds(namespace):
                 continue  # neither names an old value nor states a change (both need a cue): most writes
             if skip is None:

@@ -142,15 +142,6 @@ class TraceState:
                 return True
         return False
 
-    def opening_with(self, words: set[str], namespace: str) -> list[LiveItem]:
-        """The live items of ``namespace`` with a clause that may open with one of ``words``, in
-        the order ``live_items`` gives them."""
-        index = self.index.get(namespace)
-        if index is None:
-            return []
-        live = self.live[namespace]
-        return sorted((live[key] for key in index.opening_with(words)), key=_seq)
-
     def user_turns(self, namespace: str, session: str | None) -> list[str]:
         return list(self.turns.get((namespace, session), ()))
 
@@ -248,10 +239,6 @@ class TraceState:
     def _turn_key(event: TraceEvent) -> tuple[str, str, str | None, str | None]:
         ctx = event.context
         return (event.backend, ctx.namespace, ctx.session, ctx.turn)
-
-
-def _seq(item: LiveItem) -> int:
-    return item.seq
 
 
 def effect_namespace(event: TraceEvent, eff: MemoryEffect) -> str:

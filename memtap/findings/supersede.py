@@ -33,7 +33,7 @@ from memtap.findings.model import Detector, Finding, finding_for
 from memtap.trace.models import MemoryEffect, TraceEvent
 
 if TYPE_CHECKING:  # state.py caches each live item's clauses and openings with this module's functions
-    from memtap.findings.state import TraceState
+    from memtap.findings.state import LiveItem, TraceState
 
 __all__ = [
     "Corrections",
@@ -226,6 +226,10 @@ def _may_supersede(mine: list[tuple[str, str, str]], words: frozenset[str]) -> b
     return any(a in words and (b in words or z in words) for a, b, z in mine)
 
 
+def _made_live(item: LiveItem) -> int:
+    return item.seq
+
+
 def superseded_findings(
     detector: Detector,
     event: TraceEvent,
@@ -244,14 +248,28 @@ def superseded_findings(
     ends = [(c[0], c[1], c[-1]) for c in mine if len(c) >= 2]
     if not ends:
         return  # no clause of two words or more: none can give a subject another value
-    others = [
-        item
-        for item in state.opening_with({words[0] for words in mine}, namespace)
-        if (item.backend, item.item_id) not in skip and item.item_id not in flagged
-    ]
+    index = state.index.get(namespace)
+    if index is None:
+        return
+    live = state.live[namespace]
+    # The items whose clauses (not worked out) can share the words a superseded one does, in the
+    # order they became live (filtered first, then sorted: a namespace holds thousands).
+    single = ends[0] if len(ends) == 1 else None
+    others = []
+    for key in index.opening_with({clause[0] for clause in mine}):
+        if key in skip:
+            continue
+        item = live[key]
+        held = item.words
+        if single is not None:
+            if single[0] not in held or (single[1] not in held and single[2] not in held):
+                continue
+        elif not _may_supersede(ends, held):
+            continue
+        if item.item_id not in flagged:
+            others.append(item)
+    others.sort(key=_made_live)
     for item in others:
-        if not _may_supersede(ends, item.words):
-            continue  # its clauses (not worked out) cannot share the words a superseded one does
         found = first_superseded(mine, item.clauses)
         if found is None:
             continue
