@@ -9,7 +9,12 @@ from datetime import datetime
 from memtap.findings.access import Canary
 from memtap.findings.engine import Engine, gc_paused, make_detectors
 from memtap.findings.model import Finding, Severity
-from memtap.findings.parallel import PARALLEL_MIN_EVENTS, check_in_parts, default_workers
+from memtap.findings.parallel import (
+    PARALLEL_MIN_EVENTS,
+    check_in_parts,
+    default_workers,
+    namespace_counts,
+)
 from memtap.findings.reader import read_page
 from memtap.findings.storage import save_findings
 from memtap.trace.store import TraceStore
@@ -54,10 +59,10 @@ def check_trace(
     ``PARALLEL_MIN_EVENTS`` events, else one. A trace that does not split is checked on one."""
     detectors = make_detectors(canaries, only)
     result = CheckResult()
-    split = _parallel_workers(
+    split, counts = _parallel_workers(
         store, run, workers, bool(canaries) and any(d.name == "canary_exposure" for d in detectors)
     )
-    merged = check_in_parts(store.path, store.db.conn, run, only, split) if split > 1 else None
+    merged = check_in_parts(store.path, store.db.conn, run, only, split, counts) if split > 1 else None
     if merged is not None:
         result.events, result.findings = merged.events, merged.findings
         result.detector_errors, result.last_error = merged.detector_errors, merged.last_error
@@ -75,20 +80,19 @@ def check_trace(
     return result
 
 
-def _parallel_workers(store: TraceStore, run: str | None, workers: int | None, canaries: bool) -> int:
+def _parallel_workers(
+    store: TraceStore, run: str | None, workers: int | None, canaries: bool
+) -> tuple[int, list[tuple[str | None, int]] | None]:
     """How many processes to check on: one for canaries (their owners are learnt across
-    namespaces) or a database that is not a file."""
+    namespaces) or a database that is not a file; and the event count of each namespace, when it
+    was read to decide (the parts are planned from it)."""
     if canaries or workers == 1 or not store.path.is_file():
-        return 1
+        return 1, None
     if workers is not None:
-        return workers
-    sql, args = (
-        ("SELECT count(*) FROM events", ())
-        if run is None
-        else ("SELECT count(*) FROM events WHERE run_id = ?", (run,))
-    )
-    (count,) = store.db.conn.execute(sql, args).fetchone()
-    return default_workers() if count >= PARALLEL_MIN_EVENTS else 1
+        return workers, None
+    counts = namespace_counts(store.db.conn, run)  # one pass over the namespace index, not two
+    total = sum(count for _, count in counts)
+    return (default_workers() if total >= PARALLEL_MIN_EVENTS else 1), counts
 
 
 def _check(store: TraceStore, run: str | None, engine: Engine) -> tuple[int, list[Finding]]:

@@ -38,7 +38,7 @@ from memtap.findings.engine import Engine, gc_paused, make_detectors
 from memtap.findings.model import Finding
 from memtap.findings.reader import read_page
 
-__all__ = ["PartResult", "check_in_parts", "plan_parts"]
+__all__ = ["PartResult", "check_in_parts", "namespace_counts", "plan_parts"]
 
 PARALLEL_MIN_EVENTS = 50_000  # below this a trace is checked on one process (starting more costs more)
 _CHUNK = 5000
@@ -58,14 +58,26 @@ class PartResult:
     cpu_s: float = 0.0  # CPU seconds the part's process spent (benchmarks: how even the parts are)
 
 
-def plan_parts(conn: sqlite3.Connection, run: str | None, workers: int) -> list[list[str | None]]:
-    """The namespaces of the trace (of ``run``) in up to ``workers`` parts of similar event counts."""
+def namespace_counts(conn: sqlite3.Connection, run: str | None) -> list[tuple[str | None, int]]:
+    """How many events each namespace of the trace (of ``run``) has."""
     sql = "SELECT namespace, count(*) FROM events"
     args: tuple[str, ...] = ()
     if run is not None:
         sql += " WHERE run_id = ?"
         args = (run,)
-    counts = conn.execute(sql + " GROUP BY namespace", args).fetchall()
+    return [(namespace, count) for namespace, count in conn.execute(sql + " GROUP BY namespace", args)]
+
+
+def plan_parts(
+    conn: sqlite3.Connection,
+    run: str | None,
+    workers: int,
+    counts: list[tuple[str | None, int]] | None = None,
+) -> list[list[str | None]]:
+    """The namespaces of the trace (of ``run``) in up to ``workers`` parts of similar event counts
+    (``counts``: ``namespace_counts``, when the caller has them already)."""
+    if counts is None:
+        counts = namespace_counts(conn, run)
     parts: list[tuple[int, list[str | None]]] = [(0, []) for _ in range(max(1, workers))]
     for namespace, count in sorted(counts, key=lambda row: (-row[1], row[0] or "")):
         size, names = min(parts, key=lambda part: part[0])
@@ -142,11 +154,17 @@ class Merged:
 
 
 def check_in_parts(
-    path: Path, conn: sqlite3.Connection, run: str | None, only: Sequence[str] | None, workers: int
+    path: Path,
+    conn: sqlite3.Connection,
+    run: str | None,
+    only: Sequence[str] | None,
+    workers: int,
+    counts: list[tuple[str | None, int]] | None = None,
 ) -> Merged | None:
     """The findings of the whole trace, checked in parts on ``workers`` processes; None when the
-    trace does not split (one part, or something joins two: the caller checks it on one engine)."""
-    parts = plan_parts(conn, run, workers)
+    trace does not split (one part, or something joins two: the caller checks it on one engine).
+    ``counts``: ``namespace_counts``, when the caller has them already."""
+    parts = plan_parts(conn, run, workers, counts)
     if len(parts) < 2:
         return None
     # Workers are ``python -m memtap.findings.part_worker`` children (not multiprocessing's: those
