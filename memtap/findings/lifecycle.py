@@ -92,6 +92,12 @@ def surviving(
     return state.live_item_states(namespace, fact, skip)
 
 
+def removed_facts(item: LiveItem | None, text: str) -> frozenset[str]:
+    """``facts(text)`` of a removed content: the item's own, worked out when it was made, when it
+    still holds that text (most removals remove what the trace last wrote)."""
+    return item.facts if item is not None and item.content == text else facts(text)
+
+
 def requested_removals(event: TraceEvent) -> set[str]:
     """The item ids of the removals (deletes, updates) the call asked for. When the arguments name
     some removed item (by id or exact content), only the named ones were asked for; when they name
@@ -144,10 +150,12 @@ class Erasure:
                 continue
             namespace = effect_namespace(event, eff)
             before = eff.content_before
+            old = state.item(event.backend, eff.item_id)
             if before is None:
-                old = state.item(event.backend, eff.item_id)
                 before = old.content if old is not None else ""
-            lost = sorted(f for f in facts(before) if not surviving(state, namespace, f, event, skip))
+            lost = sorted(
+                f for f in removed_facts(old, before) if not surviving(state, namespace, f, event, skip)
+            )
             if not lost:
                 continue
             requested = eff.item_id in asked
@@ -213,7 +221,7 @@ class DestructiveUpdate:
                 continue
             after_norm = f" {normalise(eff.content_after)} "
             after_facts = facts(eff.content_after)
-            before_facts = facts(eff.content_before)
+            before_facts = removed_facts(state.item(event.backend, eff.item_id), eff.content_before)
             gone = {f for f in before_facts if f not in after_facts and f" {f} " not in after_norm}
             if not gone:
                 continue
