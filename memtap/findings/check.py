@@ -62,11 +62,17 @@ def check_trace(
     split, counts = _parallel_workers(
         store, run, workers, bool(canaries) and any(d.name == "canary_exposure" for d in detectors)
     )
-    merged = check_in_parts(store.path, store.db.conn, run, only, split, counts) if split > 1 else None
+    merged = (
+        check_in_parts(store.path, store.db.conn, run, only, split, counts, columns=save and since is None)
+        if split > 1
+        else None
+    )
+    columns = None
     if merged is not None:
         result.events, result.findings = merged.events, merged.findings
         result.detector_errors, result.last_error = merged.detector_errors, merged.last_error
         result.processes, result.part_cpu_s = merged.processes, merged.part_cpu_s
+        columns = merged.columns  # worked out by the parts (not with ``since``: it drops findings)
     else:
         engine = Engine(detectors)
         with gc_paused():
@@ -76,7 +82,7 @@ def check_trace(
     if since is not None:
         result.findings = _started_since(store, result.findings, since)
     if save and result.findings:
-        result.stored = len(save_findings(store.db, result.findings))
+        result.stored = len(save_findings(store.db, result.findings, columns))
     return result
 
 

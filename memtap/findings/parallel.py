@@ -37,6 +37,7 @@ from pathlib import Path
 from memtap.findings.engine import Engine, gc_paused, make_detectors
 from memtap.findings.model import Finding
 from memtap.findings.reader import read_page
+from memtap.findings.rows import Columns, finding_columns
 
 __all__ = ["PartResult", "check_in_parts", "namespace_counts", "plan_parts"]
 
@@ -50,6 +51,7 @@ class PartResult:
 
     events: int = 0
     findings: list[tuple[str, Finding]] = field(default_factory=list)  # (id of the event seen, finding)
+    columns: list[Columns] = field(default_factory=list)  # each finding's ``finding_columns``, when asked
     detector_errors: int = 0
     last_error: tuple[str, str] | None = None  # (event id, message) of the last error
     foreign: str | None = None  # why this part cannot be checked on its own
@@ -91,8 +93,11 @@ def check_part(
     only: Sequence[str] | None,
     namespaces: list[str | None],
     keep: list[object] | None = None,
+    columns: bool = False,
 ) -> PartResult:
     """One part's events (of ``run``), in trace order, through a fresh engine (runs in a worker).
+    ``columns``: each finding's stored columns are worked out here too (beside the other parts,
+    not after them in the parent).
 
     ``keep``: the engine is appended to it rather than freed on return (a worker then exits
     without freeing the millions of objects of its state one by one: ``part_worker``)."""
@@ -136,6 +141,8 @@ def check_part(
                 result.events += len(events)
     finally:
         conn.close()
+    if columns:
+        result.columns = [finding_columns(finding) for _, finding in found]
     result.detector_errors = stats.detector_errors
     result.cpu_s = time.process_time()
     if stats.last_error_event is not None:
@@ -147,6 +154,7 @@ def check_part(
 class Merged:
     events: int
     findings: list[Finding]
+    columns: list[Columns] | None  # each finding's ``finding_columns``, when asked
     detector_errors: int
     last_error: str | None
     processes: int
@@ -160,10 +168,12 @@ def check_in_parts(
     only: Sequence[str] | None,
     workers: int,
     counts: list[tuple[str | None, int]] | None = None,
+    columns: bool = False,
 ) -> Merged | None:
     """The findings of the whole trace, checked in parts on ``workers`` processes; None when the
     trace does not split (one part, or something joins two: the caller checks it on one engine).
-    ``counts``: ``namespace_counts``, when the caller has them already."""
+    ``counts``: ``namespace_counts``, when the caller has them already; ``columns``: the parts work
+    out each finding's stored columns (``finding_columns``) too."""
     parts = plan_parts(conn, run, workers, counts)
     if len(parts) < 2:
         return None
@@ -182,14 +192,15 @@ def check_in_parts(
     try:
         for child, names in zip(children, parts, strict=True):
             assert child.stdin is not None
-            child.stdin.write(pickle.dumps((str(path), run, only, names)))
+            child.stdin.write(pickle.dumps((str(path), run, only, names, columns)))
             child.stdin.close()
         for child in children:
             assert child.stdout is not None
             data = child.stdout.read()
             if child.wait() != 0:
                 return None  # a worker failed (it said why on stderr): check on one engine
-            results.append(pickle.loads(data))
+            with gc_paused():  # the findings hold no cycles: scanning them as they are made cost 4x
+                results.append(pickle.loads(data))
     finally:
         for child in children:
             if child.poll() is None:
@@ -198,9 +209,18 @@ def check_in_parts(
     if any(r.foreign is not None for r in results) or _joined(results) or _links_cross(conn, parts, results):
         return None
     errors = [r.last_error for r in results if r.last_error is not None]
+    with gc_paused():
+        # Trace order: each part's findings (with their columns) are in it, keyed by the event seen.
+        ordered = list(
+            merge(
+                *(zip(r.findings, r.columns or [()] * len(r.findings), strict=True) for r in results),
+                key=lambda pair: pair[0][0],
+            )
+        )
     return Merged(
         events=sum(r.events for r in results),
-        findings=[f for _, f in merge(*(r.findings for r in results), key=lambda pair: pair[0])],
+        findings=[f for (_, f), _ in ordered],
+        columns=[cols for _, cols in ordered] if columns else None,
         detector_errors=sum(r.detector_errors for r in results),
         last_error=max(errors)[1] if errors else None,
         processes=len(parts),

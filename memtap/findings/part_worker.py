@@ -15,9 +15,9 @@ __all__ = ["main"]
 
 
 def main() -> None:
-    path, run, only, names = pickle.load(sys.stdin.buffer)
+    path, run, only, names, columns = pickle.load(sys.stdin.buffer)
     keep: list[object] = []
-    result = check_part(path, run, only, names, keep=keep)
+    result = check_part(path, run, only, names, keep=keep, columns=columns)
     sys.stdout.buffer.write(pickle.dumps(result, pickle.HIGHEST_PROTOCOL))
     sys.stdout.flush()
     os._exit(0)

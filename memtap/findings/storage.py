@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -12,6 +11,8 @@ from sqlite_utils import Database
 
 from memtap.errors import StoreError
 from memtap.findings.model import Finding, Severity
+from memtap.findings.rows import KEY as _KEY
+from memtap.findings.rows import Columns, finding_columns
 from memtap.ids import new_id
 from memtap.trace.models import utc_now
 from memtap.trace.store import immediate_transaction
@@ -19,57 +20,70 @@ from memtap.trace.store import immediate_transaction
 __all__ = ["get_finding", "list_findings", "save_findings"]
 
 _INSERT = (
-    "INSERT OR IGNORE INTO findings (id, kind, severity, severity_rank, summary, event_id, namespace, run_id,"
-    " episode, session, turn, event_ids, item_ids, evidence, detector_version, created_at, dedupe)"
+    "INSERT OR IGNORE INTO findings (kind, severity, severity_rank, summary, event_id, namespace, run_id,"
+    " episode, session, turn, event_ids, item_ids, evidence, detector_version, dedupe, id, created_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
-def _dedupe(finding: Finding) -> str:
-    key = json.dumps(
-        [finding.kind, finding.event_id, sorted(finding.item_ids), finding.summary, finding.detector_version]
-    )
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def save_findings(db: Database, findings: Sequence[Finding]) -> list[Finding]:
+def save_findings(
+    db: Database, findings: Sequence[Finding], columns: Sequence[Columns] | None = None
+) -> list[Finding]:
     """Insert findings not stored yet (the same finding found again is kept once); returns the new ones,
-    with their ``id`` and ``created_at`` filled."""
+    with their ``id`` and ``created_at`` filled (every finding gets them, stored or not).
+
+    ``columns``: each finding's ``finding_columns``, when they were worked out already."""
     if not findings:
         return []
+    if columns is None:
+        columns = [finding_columns(finding) for finding in findings]
     fresh: list[Finding] = []
+    rows: list[Columns] = []
     try:
         with immediate_transaction(db):
-            for finding in findings:
+            taken = _stored_keys(db, [cols[_KEY] for cols in columns])
+            for finding, cols in zip(findings, columns, strict=True):
                 finding.id = finding.id or new_id()
                 finding.created_at = finding.created_at or utc_now().isoformat()
-                cursor = db.conn.execute(
-                    _INSERT,
-                    (
-                        finding.id,
-                        finding.kind,
-                        finding.severity.label,
-                        int(finding.severity),
-                        finding.summary,
-                        finding.event_id,
-                        finding.namespace,
-                        finding.run,
-                        finding.episode,
-                        finding.session,
-                        finding.turn,
-                        json.dumps(finding.event_ids),
-                        json.dumps(finding.item_ids),
-                        json.dumps(finding.evidence, ensure_ascii=False, default=str),
-                        finding.detector_version,
-                        finding.created_at,
-                        _dedupe(finding),
-                    ),
-                )
-                if cursor.rowcount:
-                    fresh.append(finding)
+                if cols[_KEY] in taken:
+                    continue  # stored already, or earlier in this batch
+                taken.add(cols[_KEY])
+                rows.append((*cols, finding.id, finding.created_at))
+                fresh.append(finding)
+            # One statement for the batch; OR IGNORE still guards the unique id and key.
+            stored = db.conn.executemany(_INSERT, rows).rowcount
+            if stored != len(rows):
+                kept = _stored_ids(db, rows)
+                fresh = [f for f, row in zip(fresh, rows, strict=True) if (row[_KEY], row[-2]) in kept]
     except sqlite3.Error as exc:
         raise StoreError(f"findings could not be stored: {exc}") from exc
     return fresh
+
+
+def _stored_keys(db: Database, keys: list[str]) -> set[str]:
+    """Which of the dedupe ``keys`` the findings table holds already."""
+    taken: set[str] = set()
+    if db.conn.execute("SELECT 1 FROM findings LIMIT 1").fetchone() is None:
+        return taken
+    for at in range(0, len(keys), 500):
+        chunk = keys[at : at + 500]
+        marks = ",".join("?" * len(chunk))
+        taken.update(
+            key for (key,) in db.conn.execute(f"SELECT dedupe FROM findings WHERE dedupe IN ({marks})", chunk)
+        )
+    return taken
+
+
+def _stored_ids(db: Database, rows: list[Columns]) -> set[tuple[str, str]]:
+    """The (dedupe key, id) pairs of ``rows`` the findings table holds (a row can be ignored for its
+    id alone only if two ids collide)."""
+    kept: set[tuple[str, str]] = set()
+    keys = [row[_KEY] for row in rows]
+    for at in range(0, len(keys), 500):
+        chunk = keys[at : at + 500]
+        marks = ",".join("?" * len(chunk))
+        kept.update(db.conn.execute(f"SELECT dedupe, id FROM findings WHERE dedupe IN ({marks})", chunk))
+    return kept
 
 
 def _from_row(row: dict[str, Any]) -> Finding:
