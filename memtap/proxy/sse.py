@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from memtap.proxy.sse_runs import text_run
+
 __all__ = ["StreamSummary", "complete_prefix", "summarise_by_chunk", "summarise_stream"]
 
 
@@ -216,9 +218,19 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
     summary = StreamSummary()
     template: _Template | None = None
     tries = _TEMPLATE_TRIES
-    end = 0  # where the current event's blank line ends, in ``data``
-    for block in data.split(b"\n\n"):
-        end += len(block) + 2
+    runs = True  # whether to look for runs of events like the template's (text_run)
+    end, size = 0, len(data)  # where the current event's blank line ends, in ``data``
+    while end < size:
+        if runs and template is not None and summary.first_token_at is not None:
+            run = text_run(data, end, template.prefix, template.suffix)
+            if run is not None:  # after the first token: no event's time is needed
+                template.add_run(summary, run[0], run[2])
+                end = run[1]
+                continue
+            runs = not data.startswith(template.prefix, end)  # a run it could not vouch for: not again
+        cut = data.find(b"\n\n", end)
+        block = data[end:cut] if cut >= 0 else data[end:]
+        end = cut + 2 if cut >= 0 else size + 2
         token = False
         piece = template.text_of(block) if template is not None else None
         if piece is not None:
@@ -235,7 +247,7 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
             if tries and b"\n" not in block:
                 found = _Template.of(block, parsed, summary)
                 if found is not None:
-                    template, tries = found, tries - 1
+                    template, tries, runs = found, tries - 1, True
         if token and summary.first_token_at is None:
             ends = list(itertools.accumulate(len(chunk) for _, chunk in chunks))
             summary.first_token_at = chunks[min(bisect.bisect_left(ends, end), len(chunks) - 1)][0]
@@ -272,8 +284,8 @@ class _Template:
         if not isinstance(delta, dict) or delta.get("tool_calls"):
             return None
         content = delta.get("content")
-        if not isinstance(content, str) or content == _PROBE:
-            return None
+        if not isinstance(content, str) or not content or content == _PROBE:
+            return None  # no text (a stream's first event, with the role): later events have some
         if any(isinstance(delta.get(key), str) and delta[key] for key in ("refusal", "reasoning_content")):
             return None
         message = summary.choices.get(int(choices[0].get("index") or 0), {}).get("message")
@@ -314,6 +326,16 @@ class _Template:
         except ValueError:
             return None
         return value if end == len(text) else None
+
+    def add_run(self, summary: StreamSummary, count: int, text: str) -> None:
+        """Count in ``count`` events made like this one whose texts, joined, are ``text``."""
+        summary.events += count
+        if text:
+            pieces = self.message.get("content")
+            if pieces is None:
+                self.message["content"] = [text]
+            else:
+                pieces.append(text)
 
     def add(self, summary: StreamSummary, piece: str) -> bool:
         """Count in an event with ``piece`` as its text (what :meth:`StreamSummary.add` would
