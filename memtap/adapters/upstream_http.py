@@ -85,6 +85,12 @@ class Response(asyncio.Protocol):
             self.error = BrokeOff(f"not an HTTP answer: {exc}")
             self.close()
             self._wake()
+            return
+        if self._chunks:  # body came: one wake and one back-pressure check per read, not per chunk
+            if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
+                self._paused = True
+                self._transport.pause_reading()
+            self._wake()
 
     def eof_received(self) -> bool:
         return False  # close the transport: a half-closed connection is of no further use
@@ -130,10 +136,6 @@ class Response(asyncio.Protocol):
             return
         self._chunks.append(body)
         self._buffered += len(body)
-        if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
-            self._paused = True
-            self._transport.pause_reading()
-        self._wake()
 
     def on_message_complete(self) -> None:
         if self.complete:
