@@ -212,6 +212,10 @@ class Response(asyncio.Protocol):
                 raise BrokeOff(str(self.error) or type(self.error).__name__)
             await self._wait(self._loop.time() + read_timeout)
 
+    def arrived(self, limit: int) -> bool:
+        """Whether the whole body is in, and at most ``limit`` bytes of it are still to be taken."""
+        return self.complete and self._buffered <= limit
+
     def ended(self) -> bool:
         """Whether the whole body is in and taken: nothing more will come."""
         return self.complete and not self._chunks

@@ -5,9 +5,12 @@ The forwarder (:mod:`memtap.proxy.chat`) sends the upstream's bytes on as they c
 them with the time each was sent; :func:`summarise_stream` rebuilds the completion from them
 after the caller has its answer. It joins the chunks once, finds events by their blank lines
 in bytes, and parses each event's JSON with the decoder's C scanner (no per-event wrappers);
-the time of an event (for the time to first token) is looked up for the first token only.
-A stream with carriage returns in it (``\\r\\n`` or ``\\r`` line ends, which the format allows) is
-put back together chunk by chunk instead (:func:`summarise_by_chunk`); both give the same summary.
+the time of an event (for the time to first token) is looked up for the first token only; a
+run of events alike but for their text is read at once (:mod:`memtap.proxy.sse_runs`). A stream
+with carriage returns in it (``\\r\\n`` or ``\\r`` line ends, which the format allows) is put
+back together chunk by chunk instead (:func:`summarise_by_chunk`); both give the same summary.
+Bytes are searched with ``find``, not ``in`` (which on bytes first tries its operand as an
+integer, building and dropping a TypeError each time).
 """
 
 from __future__ import annotations
@@ -170,7 +173,7 @@ _TEXT_KEYS = ("content", "refusal", "reasoning_content")
 
 def _payload_of(block: bytes) -> str | None:
     """The data field of one event (its lines between blank lines), or None when it has none."""
-    if b"\n" not in block:  # the usual event: one data line
+    if block.find(b"\n") < 0:  # the usual event: one data line
         if not block.startswith(b"data:"):
             return None
         payload = block[5:].decode("utf-8", "replace")
@@ -213,7 +216,7 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
     if not chunks:
         return StreamSummary()
     data = chunks[0][1] if len(chunks) == 1 else b"".join([chunk for _, chunk in chunks])
-    if b"\r" in data:
+    if data.find(b"\r") >= 0:
         return summarise_by_chunk(chunks)
     summary = StreamSummary()
     template: _Template | None = None
@@ -244,7 +247,7 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
             if parsed is None:
                 continue
             token = summary.add(parsed)
-            if tries and b"\n" not in block:
+            if tries and block.find(b"\n") < 0:
                 found = _Template.of(block, parsed, summary)
                 if found is not None:
                     template, tries, runs = found, tries - 1, True

@@ -47,7 +47,7 @@ def text_run(data: bytes, pos: int, prefix: bytes, suffix: bytes) -> tuple[int, 
         return None
     texts: list[bytes] = list(map(_getitem, pieces[:count], repeat(slice(len(prefix), None))))
     run = b"\n".join(texts)
-    escaped = b"\\" in run
+    escaped = run.find(b"\\") >= 0
     if (_ESCAPED if escaped else _PLAIN).fullmatch(run) is None:
         return None
     end = pos + len(prefix) * count + len(run) - (count - 1) + len(close) * count
