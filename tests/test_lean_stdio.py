@@ -83,7 +83,9 @@ async def _session(
     """Run SCRIPT against a fresh ``memtap proxy --stdio``; the answers by request id."""
     folder.mkdir()
     memory = {**memory, "env": {"MEMORY_FILE_PATH": str(folder / "memory.jsonl")}}
-    config = write_config(folder, {"memory": memory, "odd": {**misbehaving_server(), "timeout": 2}})
+    config = write_config(
+        folder, {"memory": memory, "odd": {**misbehaving_server(), "memtap": {"timeout": 2}}}
+    )
     env = {**os.environ, "MEMTAP_LEAN_STDIO": "1" if lean else "0"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memtap", "proxy", "--stdio", "--config", str(config), "--db",

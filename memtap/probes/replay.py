@@ -40,6 +40,7 @@ from memtap.probes.targets.base import (
     TargetError,
     TurnFailed,
 )
+from memtap.probes.threads import abandonable
 
 __all__ = [
     "PROBE_SESSION",
@@ -293,7 +294,7 @@ class _Player:
         t0 = time.perf_counter()
         dialect = dialect_of(episode)  # the field names the episode's published scorer reads
         if self.reader.blocking:
-            answer = await anyio.to_thread.run_sync(self.reader.answer, probe, requester, result, dialect)
+            answer = await abandonable(self.reader.answer, probe, requester, result, dialect)
         else:
             answer = self.reader.answer(probe, requester, result, dialect)
         reader_ms = (time.perf_counter() - t0) * 1000 if self.reader.name != "none" else None

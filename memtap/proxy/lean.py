@@ -66,6 +66,23 @@ _REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 _NOTIFICATION_KEYS = frozenset({"jsonrpc", "method", "params"})
 
 
+def _message(line: bytes, keys: frozenset[str], method: str) -> dict[str, Any] | None:
+    """``line`` as a JSON-RPC 2.0 object for ``method`` with no keys outside ``keys``; None
+    otherwise (the SDK then reads it, and says what is wrong)."""
+    try:
+        message = from_json(line, allow_inf_nan=False)
+    except ValueError:
+        return None
+    if (
+        type(message) is not dict
+        or message.keys() - keys
+        or message.get("jsonrpc") != "2.0"
+        or message.get("method") != method
+    ):
+        return None
+    return message
+
+
 def _nothing() -> None:
     pass
 
@@ -156,15 +173,9 @@ class LeanCalls:
             return b'"notifications/cancelled"' in line and self._cancel(line)
         if tracing():
             return False
-        try:
-            message = from_json(line, allow_inf_nan=False)
-        except ValueError:
-            return False
+        message = _message(line, _REQUEST_KEYS, _METHOD)
         if (
-            type(message) is not dict
-            or message.keys() - _REQUEST_KEYS
-            or message.get("jsonrpc") != "2.0"
-            or message.get("method") != _METHOD
+            message is None
             or type(message.get("params")) is not dict
             or type(message.get("id")) not in (int, str)
         ):
@@ -219,16 +230,8 @@ class LeanCalls:
 
     def _cancel(self, line: bytes) -> bool:
         """``notifications/cancelled`` for a lean call: its answer is dropped (the call runs on)."""
-        try:
-            message = from_json(line, allow_inf_nan=False)
-        except ValueError:
-            return False
-        if (
-            type(message) is not dict
-            or message.keys() - _NOTIFICATION_KEYS
-            or message.get("jsonrpc") != "2.0"
-            or message.get("method") != "notifications/cancelled"
-        ):
+        message = _message(line, _NOTIFICATION_KEYS, "notifications/cancelled")
+        if message is None:
             return False
         params = message.get("params")
         request_id = as_request_id(params.get("requestId")) if isinstance(params, dict) else None
