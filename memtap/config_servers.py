@@ -4,6 +4,7 @@ optional ``memtap`` block of memtap's own settings for it."""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -18,6 +19,8 @@ __all__ = [
 ]
 
 ToolKindName = Literal["write", "update", "delete", "retrieve", "read", "other"]
+
+log = logging.getLogger("memtap.config")
 
 
 class UpstreamOptions(BaseModel):
@@ -96,3 +99,13 @@ def check_server_entry(name: str, value: Any) -> None:
         )
     if "command" in value and "url" in value:
         raise ValueError(f"{name}: give either command (stdio) or url (HTTP), not both")
+    # Keys of the entry itself belong to the client that wrote it (some clients read a `timeout`
+    # there): kept, but memtap reads its own settings only from the `memtap` block.
+    block = value.get("memtap")
+    own: dict[str, Any] = block if isinstance(block, dict) else {}
+    for key in sorted(set(UpstreamOptions.model_fields) & value.keys() - own.keys()):
+        log.warning(
+            "mcpServers.%s.%s is not read by memtap (a client's setting, kept); memtap's is "
+            "mcpServers.%s.memtap.%s",
+            name, key, name, key,
+        )  # fmt: skip

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -171,6 +172,25 @@ mcpServers:
         "server-memory", {"debug_*": "other"}, 5.0,
     )  # fmt: skip
     assert list(config.enabled_servers()) == ["memory"]
+
+
+def test_a_memtap_setting_at_the_top_of_a_server_entry_is_kept_and_named_where_memtap_reads_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(
+        '{"mcpServers": {"slow": {"command": "x", "timeout": 2, "memtap": {"rules": {"a": "read"}}},'
+        ' "set": {"command": "y", "timeout": 3, "memtap": {"timeout": 4}}}}'
+    )
+    with caplog.at_level(logging.WARNING, logger="memtap.config"):
+        config = load_config(path)
+    slow, set_ = config.mcp_servers["slow"], config.mcp_servers["set"]
+    assert slow.memtap.timeout == 30.0 and slow.model_extra == {"timeout": 2}  # the client's, kept
+    assert set_.memtap.timeout == 4.0
+    assert [r.getMessage() for r in caplog.records] == [
+        "mcpServers.slow.timeout is not read by memtap (a client's setting, kept); memtap's is "
+        "mcpServers.slow.memtap.timeout"
+    ]  # the entry that sets memtap.timeout too is not named
 
 
 def test_api_keys_holding_equals_signs_or_commas_keep_them(
