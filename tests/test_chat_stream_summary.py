@@ -259,3 +259,62 @@ def test_events_alike_but_for_their_text_add_exactly_their_text() -> None:
     ]
     assert result["usage"] == {**USAGE, "completion_tokens": 4}
     assert result["stream"] == {"events": 18, "done": False}
+
+
+def _long_stream(texts: list[str], *, between: dict[int, bytes] | None = None, tail: bytes = b"") -> bytes:
+    """A role event, then one text event per text (``between[i]`` before the i-th), a finish event."""
+    events = [_event(_chunk({"role": "assistant", "content": ""}))]
+    for i, text in enumerate(texts):
+        events.append((between or {}).get(i, b""))
+        events.append(_event(_chunk({"content": text})))
+    events.append(_event(_chunk({}, "stop")))
+    return b"".join(events) + tail
+
+
+# Long runs of events alike but for their text (read as runs, in a few calls), and the ways a
+# run can hold something that only reading the events one by one gets right.
+RUNS = {
+    "ascii": _long_stream([f"word{i} " for i in range(40)], tail=b"data: [DONE]\n\n"),
+    "escapes": _long_stream([f'line {i}\n"q"\t\\ é ✓ 😀' for i in range(30)]),
+    "empty-texts": _long_stream(["", "a", "", "", "b", ""] * 5),
+    "split-surrogates": _long_stream(["x"] * 5 + ["HI", "LO"] * 4 + ["y"] * 5)
+    .replace(b'"HI"', b'"\\ud83d"')
+    .replace(b'"LO"', b'"\\ude00"'),
+    "escaped-surrogate-halves": _long_stream(["x"] * 5).replace(b'"x"', b'"\\ud83d"', 3),
+    "other-events-between": _long_stream(
+        [f"t{i}" for i in range(30)],
+        between={
+            7: b": keep-alive\n\n",
+            12: _event(_chunk({"content": "odd", "refusal": "r"})),
+            20: _event({**_chunk({"content": "fp"}), "system_fingerprint": "fp_1"}),
+        },
+    ),
+    "not-utf8": _long_stream([f"t{i}" for i in range(12)]).replace(b'"t5"', b'"t5\xff\xfe"'),
+    "bad-escape": _long_stream([f"t{i}" for i in range(12)]).replace(b'"t5"', b'"t5\\x"'),
+    "bad-unicode-escape": _long_stream([f"t{i}" for i in range(12)]).replace(b'"t5"', b'"t\\u12g4"'),
+    "control-character": _long_stream([f"t{i}" for i in range(12)]).replace(b'"t5"', b'"t\x015"'),
+    "two-strings": _long_stream([f"t{i}" for i in range(12)]).replace(b'"t5"', b'"t5","x":"y"'),
+    "no-last-blank-line": _long_stream([f"t{i}" for i in range(12)])[:-2],
+    "cut-mid-run": _long_stream([f"t{i}" for i in range(12)])[:-120],
+    "suffix-in-text": _long_stream(["a", "b", '},"logprobs":null,"finish_reason":null}]}', "c", "d"]),
+}
+
+
+@pytest.mark.parametrize("stream", list(RUNS.values()), ids=list(RUNS))
+def test_runs_of_alike_events_are_summarised_as_one_by_one(stream: bytes) -> None:
+    rng = random.Random(7)
+    readings = [[stream], *(_cuts(stream, rng, n) for n in (2, 5, 40) for _ in range(3))]
+    for reads in readings:
+        for sent in (_forwarded(reads), [(float(i), r) for i, r in enumerate(reads)]):
+            assert _summary(summarise_stream(sent)) == _summary(summarise_by_chunk(sent))
+
+
+def test_a_run_adds_every_text_and_counts_every_event() -> None:
+    result = summarise_stream([(0.0, RUNS["escapes"])]).result()
+    assert result["choices"][0]["message"]["content"] == "".join(
+        f'line {i}\n"q"\t\\ é ✓ 😀' for i in range(30)
+    )
+    assert result["stream"] == {"events": 32, "done": False}
+    ascii_run = summarise_stream([(0.0, RUNS["ascii"])]).result()
+    assert ascii_run["choices"][0]["message"]["content"] == "".join(f"word{i} " for i in range(40))
+    assert ascii_run["stream"] == {"events": 42, "done": True}

@@ -271,3 +271,20 @@ def test_a_database_written_before_chat_columns_migrates_and_its_events_still_re
     [event] = store.list_events()
     store.close()
     assert event.id == "01OLD" and event.links == [] and event.model is None and event.parent_id is None
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 127, 300])
+def test_a_batch_of_any_size_is_written_whole_and_in_order(db_path: Path, size: int) -> None:
+    """Batches go in as multi-row inserts of powers of two (300 = 128 + 128 + 32 + 8 + 4)."""
+    store = TraceStore(db_path)
+    events = [
+        _event(Op.RETRIEVE, [], at=T0 + timedelta(seconds=i), session=f"s{i}", turn=str(i)).model_copy(
+            update={"arguments": {"query": f"q{i}"}, "result": {"n": i}}
+        )
+        for i in range(size)
+    ]
+    store.write_events(events)
+    assert store.list_events() == events
+    order = store.db.conn.execute("SELECT id FROM events ORDER BY rowid").fetchall()
+    assert [row[0] for row in order] == [event.id for event in events]
+    store.close()

@@ -188,11 +188,18 @@ def _http_error(status: int, body: bytes) -> UpstreamError:
 class StreamBody:
     """A streamed answer's chunks (iterate over it), and whether the upstream has finished it:
     ``ended()`` is true once nothing more will come, so the caller may end its own answer with
-    the last chunk instead of after it."""
+    the last chunk instead of after it; ``arrived(limit)`` once the whole body is in with at most
+    ``limit`` bytes of it not yet taken (so reading it on waits for nothing)."""
 
-    def __init__(self, chunks: AsyncIterator[bytes], ended: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        ended: Callable[[], bool],
+        arrived: Callable[[int], bool] | None = None,
+    ) -> None:
         self.chunks = chunks
         self.ended = ended
+        self.arrived = arrived
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self.chunks
@@ -300,7 +307,7 @@ class PassThrough:
                         502, f"upstream {upstream.alias!r} broke off mid-stream: {exc}"
                     ) from None
 
-            yield StreamBody(chunks(), response.ended)
+            yield StreamBody(chunks(), response.ended, response.arrived)
         finally:
             self._release(url, response)
 

@@ -85,6 +85,12 @@ class Response(asyncio.Protocol):
             self.error = BrokeOff(f"not an HTTP answer: {exc}")
             self.close()
             self._wake()
+            return
+        if self._chunks:  # body came: one wake and one back-pressure check per read, not per chunk
+            if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
+                self._paused = True
+                self._transport.pause_reading()
+            self._wake()
 
     def eof_received(self) -> bool:
         return False  # close the transport: a half-closed connection is of no further use
@@ -130,10 +136,6 @@ class Response(asyncio.Protocol):
             return
         self._chunks.append(body)
         self._buffered += len(body)
-        if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
-            self._paused = True
-            self._transport.pause_reading()
-        self._wake()
 
     def on_message_complete(self) -> None:
         if self.complete:
@@ -209,6 +211,10 @@ class Response(asyncio.Protocol):
             if self.error is not None:
                 raise BrokeOff(str(self.error) or type(self.error).__name__)
             await self._wait(self._loop.time() + read_timeout)
+
+    def arrived(self, limit: int) -> bool:
+        """Whether the whole body is in, and at most ``limit`` bytes of it are still to be taken."""
+        return self.complete and self._buffered <= limit
 
     def ended(self) -> bool:
         """Whether the whole body is in and taken: nothing more will come."""

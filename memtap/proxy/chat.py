@@ -66,6 +66,7 @@ from memtap.trace.writer import Recorder
 __all__ = ["MEMORY_HEADER", "ChatProxy", "context_layers"]
 
 MEMORY_HEADER = "x-memtap-memory"
+_UNWATCHED_BYTES = 32 * 1024  # half the transport's default write buffer limit (64 KiB)
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -369,7 +370,13 @@ class ChatProxy:
                 state["left"] = True
                 this.cancel()
 
-        watching = asyncio.ensure_future(watch())
+        # A body that is all in and small (under the transport's write buffer limit, so no send
+        # waits either) is forwarded without yielding to the loop: no client can be seen to
+        # leave meanwhile, and a watcher would only be made and cancelled.
+        arrived: Callable[[int], bool] | None = getattr(chunks, "arrived", None)
+        watching = (
+            None if arrived is not None and arrived(_UNWATCHED_BYTES) else asyncio.ensure_future(watch())
+        )
         try:
             pending = b""
             async for chunk in chunks:
@@ -402,7 +409,8 @@ class ChatProxy:
         except UpstreamError as error:
             forwarded.error = error
         finally:
-            watching.cancel()
+            if watching is not None:
+                watching.cancel()
         if forwarded.error is not None:
             event = b"data: " + forwarded.error.body + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})

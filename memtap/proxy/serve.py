@@ -58,15 +58,24 @@ def _has_stdio_upstream(settings: Settings) -> bool:
     return any(isinstance(server, StdioServerConfig) for server in settings.upstreams.values())
 
 
+_YOUNG_THRESHOLD = 10_000
+
+
 def _freeze_startup_heap() -> None:
     """Move what start-up built (modules, the app, the runtime) out of the collector's view.
 
     Those objects live as long as the process; without this every full collection walks
     them again (garbage collection was 6% of the chat path's CPU at 32 concurrent calls).
-    Collected first, so nothing already garbage is kept for good.
+    Collected first, so nothing already garbage is kept for good. Then the young generation
+    is collected less often.
     """
     gc.collect()
     gc.freeze()
+    # A young-generation collection walks the young objects still alive, which on a busy
+    # server are those of the calls in flight, whatever the threshold: collecting every
+    # 10,000 allocations instead of 700 walks them a fourteenth as often (25k fewer
+    # instructions per streamed chat call at 32 concurrent, 1.8%, measured with callgrind).
+    gc.set_threshold(_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 @contextlib.contextmanager

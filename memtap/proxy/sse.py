@@ -5,9 +5,12 @@ The forwarder (:mod:`memtap.proxy.chat`) sends the upstream's bytes on as they c
 them with the time each was sent; :func:`summarise_stream` rebuilds the completion from them
 after the caller has its answer. It joins the chunks once, finds events by their blank lines
 in bytes, and parses each event's JSON with the decoder's C scanner (no per-event wrappers);
-the time of an event (for the time to first token) is looked up for the first token only.
-A stream with carriage returns in it (``\\r\\n`` or ``\\r`` line ends, which the format allows) is
-put back together chunk by chunk instead (:func:`summarise_by_chunk`); both give the same summary.
+the time of an event (for the time to first token) is looked up for the first token only; a
+run of events alike but for their text is read at once (:mod:`memtap.proxy.sse_runs`). A stream
+with carriage returns in it (``\\r\\n`` or ``\\r`` line ends, which the format allows) is put
+back together chunk by chunk instead (:func:`summarise_by_chunk`); both give the same summary.
+Bytes are searched with ``find``, not ``in`` (which on bytes first tries its operand as an
+integer, building and dropping a TypeError each time).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from memtap.proxy.sse_runs import text_run
 
 __all__ = ["StreamSummary", "complete_prefix", "summarise_by_chunk", "summarise_stream"]
 
@@ -168,7 +173,7 @@ _TEXT_KEYS = ("content", "refusal", "reasoning_content")
 
 def _payload_of(block: bytes) -> str | None:
     """The data field of one event (its lines between blank lines), or None when it has none."""
-    if b"\n" not in block:  # the usual event: one data line
+    if block.find(b"\n") < 0:  # the usual event: one data line
         if not block.startswith(b"data:"):
             return None
         payload = block[5:].decode("utf-8", "replace")
@@ -211,14 +216,24 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
     if not chunks:
         return StreamSummary()
     data = chunks[0][1] if len(chunks) == 1 else b"".join([chunk for _, chunk in chunks])
-    if b"\r" in data:
+    if data.find(b"\r") >= 0:
         return summarise_by_chunk(chunks)
     summary = StreamSummary()
     template: _Template | None = None
     tries = _TEMPLATE_TRIES
-    end = 0  # where the current event's blank line ends, in ``data``
-    for block in data.split(b"\n\n"):
-        end += len(block) + 2
+    runs = True  # whether to look for runs of events like the template's (text_run)
+    end, size = 0, len(data)  # where the current event's blank line ends, in ``data``
+    while end < size:
+        if runs and template is not None and summary.first_token_at is not None:
+            run = text_run(data, end, template.prefix, template.suffix)
+            if run is not None:  # after the first token: no event's time is needed
+                template.add_run(summary, run[0], run[2])
+                end = run[1]
+                continue
+            runs = not data.startswith(template.prefix, end)  # a run it could not vouch for: not again
+        cut = data.find(b"\n\n", end)
+        block = data[end:cut] if cut >= 0 else data[end:]
+        end = cut + 2 if cut >= 0 else size + 2
         token = False
         piece = template.text_of(block) if template is not None else None
         if piece is not None:
@@ -232,10 +247,10 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
             if parsed is None:
                 continue
             token = summary.add(parsed)
-            if tries and b"\n" not in block:
+            if tries and block.find(b"\n") < 0:
                 found = _Template.of(block, parsed, summary)
                 if found is not None:
-                    template, tries = found, tries - 1
+                    template, tries, runs = found, tries - 1, True
         if token and summary.first_token_at is None:
             ends = list(itertools.accumulate(len(chunk) for _, chunk in chunks))
             summary.first_token_at = chunks[min(bisect.bisect_left(ends, end), len(chunks) - 1)][0]
@@ -272,8 +287,8 @@ class _Template:
         if not isinstance(delta, dict) or delta.get("tool_calls"):
             return None
         content = delta.get("content")
-        if not isinstance(content, str) or content == _PROBE:
-            return None
+        if not isinstance(content, str) or not content or content == _PROBE:
+            return None  # no text (a stream's first event, with the role): later events have some
         if any(isinstance(delta.get(key), str) and delta[key] for key in ("refusal", "reasoning_content")):
             return None
         message = summary.choices.get(int(choices[0].get("index") or 0), {}).get("message")
@@ -314,6 +329,16 @@ class _Template:
         except ValueError:
             return None
         return value if end == len(text) else None
+
+    def add_run(self, summary: StreamSummary, count: int, text: str) -> None:
+        """Count in ``count`` events made like this one whose texts, joined, are ``text``."""
+        summary.events += count
+        if text:
+            pieces = self.message.get("content")
+            if pieces is None:
+                self.message["content"] = [text]
+            else:
+                pieces.append(text)
 
     def add(self, summary: StreamSummary, piece: str) -> bool:
         """Count in an event with ``piece`` as its text (what :meth:`StreamSummary.add` would

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -40,9 +41,26 @@ _EVENT_COLUMNS = (
     " backend_ms, overhead_ms, gate, total_ms, parent_id, model, provider, input_tokens, output_tokens,"
     " ttft_ms, memory_ms, links"
 )
-_INSERT_EVENT = (
-    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({','.join('?' * len(_EVENT_COLUMNS.split(',')))})"
-)
+
+_EVENT_ROW = f"({','.join('?' * len(_EVENT_COLUMNS.split(',')))})"
+# Multi-row inserts of 2**k events (k < 8), each statement prepared once and kept in the
+# connection's statement cache: a batch is one SQLite step per power of two in its size
+# rather than one per event, and so one release of the GIL rather than one per event (each a
+# possible hand-over to the event loop's thread and back).
+_INSERT_EVENTS = {
+    1 << k: f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES {','.join([_EVENT_ROW] * (1 << k))}"
+    for k in range(8)
+}
+
+
+def _insert_event_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """Insert ``rows`` in order, in as few statements as the sizes in _INSERT_EVENTS allow."""
+    at = 0
+    while at < len(rows):
+        size = min(128, 1 << ((len(rows) - at).bit_length() - 1))
+        conn.execute(_INSERT_EVENTS[size], list(itertools.chain.from_iterable(rows[at : at + size])))
+        at += size
+
 
 _EFFECT_COLUMNS = (
     "event_id, seq, kind, backend, namespace, item_id, content_before, content_after, tags_before,"
@@ -149,7 +167,7 @@ def insert_events(conn: sqlite3.Connection, events: Sequence[TraceEvent]) -> Non
                 )
             )
             materialise.append((event, eff, ended, tags_after, derived))
-    conn.executemany(_INSERT_EVENT, event_rows)
+    _insert_event_rows(conn, event_rows)
     conn.executemany(_INSERT_EFFECT, effect_rows)
     for args in materialise:
         _materialise(conn, *args)
