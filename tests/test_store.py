@@ -11,7 +11,7 @@ from memtap.errors import SchemaTooNew, StoreError
 from memtap.ids import new_id
 from memtap.trace.migrations import MIGRATIONS
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
-from memtap.trace.store import TraceStore
+from memtap.trace.store import TraceStore, immediate_transaction
 from memtap.ui.queries import NOT_OK_SQL
 
 T0 = datetime(2026, 1, 6, 13, 35, 57, tzinfo=UTC)
@@ -287,4 +287,19 @@ def test_a_batch_of_any_size_is_written_whole_and_in_order(db_path: Path, size: 
     assert store.list_events() == events
     order = store.db.conn.execute("SELECT id FROM events ORDER BY rowid").fetchall()
     assert [row[0] for row in order] == [event.id for event in events]
+    store.close()
+
+
+def test_a_commit_that_fails_rolls_back_and_leaves_no_transaction_for_the_next_commit(tmp_path: Path) -> None:
+    """A COMMIT can fail and leave its transaction open (here a deferred foreign key); those rows
+    must not go out with the next commit on the connection after the caller counted them failed."""
+    store = TraceStore(tmp_path / "t.db")
+    conn = store.db.conn
+    conn.execute("PRAGMA defer_foreign_keys = ON")  # checked at COMMIT, for this transaction
+    effect = "INSERT INTO effects (event_id, seq, kind, backend, item_id) VALUES ('no-such-event', 0, 'add', 'b', 'i')"
+    with pytest.raises(sqlite3.IntegrityError), immediate_transaction(store.db):
+        conn.execute(effect)
+    assert not conn.in_transaction
+    store.write_events([_event(Op.WRITE, [], at=T0)])  # the next commit carries only its own rows
+    assert conn.execute("SELECT count(*) FROM effects WHERE event_id = 'no-such-event'").fetchone() == (0,)
     store.close()

@@ -23,6 +23,7 @@ class LedgerCheck:
     duplicated: int  # calls with more than one event
     unanswered_recorded: int  # calls not acknowledged that have an event (an error event, or a cut-off call)
     lost_markers: list[str]
+    duplicated_markers: list[str]
 
 
 def _recorded_markers(db: Path) -> Counter[str]:
@@ -57,6 +58,12 @@ def check_ledger(db: Path, ledger: Ledger) -> LedgerCheck:
         lost=len(lost),
         spilled=sum(1 for a in acked if not recorded[a.marker] and spilled[a.marker]),
         duplicated=sum(1 for a in ledger.acks if recorded[a.marker] + spilled[a.marker] > 1),
+        duplicated_markers=[
+            f"{a.marker} ({a.tool}, {'ok' if a.ok else 'refused'}): {recorded[a.marker]} recorded, "
+            f"{spilled[a.marker]} spilled"
+            for a in ledger.acks
+            if recorded[a.marker] + spilled[a.marker] > 1
+        ],
         unanswered_recorded=sum(1 for a in ledger.acks if not a.ok and recorded[a.marker]),
         lost_markers=lost,
     )

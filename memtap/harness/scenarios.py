@@ -74,10 +74,13 @@ def _record_differences(db: Path, backend: str, state: BackendState) -> int:
 
 def _row(name: str, durable: bool, clients: int, db: Path, ledger: Ledger, per_client: int) -> Row:
     check = check_ledger(db, ledger)
-    return Row(
+    row = Row(
         name, _mode(durable), clients, check.calls, check.acknowledged, check.lost, check.duplicated,
         spilled=check.spilled, per_client=per_client,
     )  # fmt: skip
+    if check.duplicated_markers:
+        row.notes.append("more than one event: " + "; ".join(check.duplicated_markers[:3]))
+    return row
 
 
 async def load(folder: Path, *, clients: int, calls: int, durable: bool) -> Row:

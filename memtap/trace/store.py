@@ -85,11 +85,13 @@ def immediate_transaction(db: Database) -> Iterator[None]:
     db.conn.execute("BEGIN IMMEDIATE")
     try:
         yield
+        db.conn.execute("COMMIT")
     except BaseException:
+        # A COMMIT that failed (busy, I/O) can leave the transaction open: its rows would go out
+        # with the next commit on this connection, after the caller has counted them as failed.
         if db.conn.in_transaction:
             db.conn.execute("ROLLBACK")
         raise
-    db.conn.execute("COMMIT")
 
 
 def insert_events(conn: sqlite3.Connection, events: Sequence[TraceEvent]) -> None:
