@@ -38,6 +38,7 @@ from memtap.findings.engine import Engine, gc_paused, make_detectors
 from memtap.findings.model import Finding
 from memtap.findings.reader import read_page
 from memtap.findings.rows import Columns, finding_columns
+from memtap.trace.models import TraceEvent
 
 __all__ = ["PartResult", "check_in_parts", "namespace_counts", "plan_parts"]
 
@@ -108,7 +109,6 @@ def check_part(
     if keep is not None:
         keep.append(engine)
     stats, found, items, links = engine.stats, result.findings, result.items, result.links
-    add_item = items.add
     after: str | int | None = None
     try:
         with gc_paused():
@@ -120,21 +120,7 @@ def check_part(
                     break
                 # What would join this part to another, for the whole page before any of it is
                 # fed (a part that stops is checked again on one engine: its findings are dropped).
-                for event in events:
-                    if event.context.namespace not in mine:
-                        result.foreign = f"event {event.id} is in namespace {event.context.namespace!r}"
-                        break
-                    for eff in event.effects:
-                        if eff.namespace is not None and eff.namespace not in mine:
-                            result.foreign = f"event {event.id} touched namespace {eff.namespace!r}"
-                            break
-                        add_item(eff.item_id)
-                    if result.foreign is not None:
-                        break
-                    if event.parent_id is not None:
-                        links.add(event.parent_id)
-                    if event.links:
-                        links.update(event.links)
+                result.foreign = _joins(events, mine, items, links)
                 if result.foreign is not None:
                     break
                 found.extend(engine.feed_seen(events))
@@ -148,6 +134,30 @@ def check_part(
     if stats.last_error_event is not None:
         result.last_error = (stats.last_error_event, stats.last_error or "")
     return result
+
+
+def _joins(
+    events: Sequence[TraceEvent], mine: set[str | None], items: set[str], links: set[str]
+) -> str | None:
+    """Why a page joins its part to another (its first event naming a namespace outside ``mine``),
+    or None; the items its effects touch and the events it links to are added to ``items`` and
+    ``links``. Set operations over the whole page (a page mostly holds none of these)."""
+    effects = [eff for event in events for eff in event.effects]
+    named = {event.context.namespace for event in events}
+    named.update([eff.namespace for eff in effects if eff.namespace is not None])
+    if not named <= mine:
+        for event in events:  # the first event that names one, as a loop over the page finds it
+            if event.context.namespace not in mine:
+                return f"event {event.id} is in namespace {event.context.namespace!r}"
+            for eff in event.effects:
+                if eff.namespace is not None and eff.namespace not in mine:
+                    return f"event {event.id} touched namespace {eff.namespace!r}"
+    items.update([eff.item_id for eff in effects])
+    links.update([event.parent_id for event in events if event.parent_id is not None])
+    for event in events:
+        if event.links:
+            links.update(event.links)
+    return None
 
 
 @dataclass
