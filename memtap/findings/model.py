@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from memtap.errors import ConfigError
-from memtap.trace.models import EffectKind, Op, Role
+from memtap.trace.models import AccessTags, Context, EffectKind, Op, Role
 
 if TYPE_CHECKING:
     from memtap.findings.state import TraceState
-    from memtap.trace.models import TraceEvent
 
-__all__ = ["DETECTOR_VERSION", "Detector", "Finding", "Severity", "Shape"]
+__all__ = ["DETECTOR_VERSION", "Detector", "EffectView", "EventView", "Finding", "Severity", "Shape"]
 
 # Bumped whenever a rule changes what it reports; stored with every finding so a finding can be
 # traced back to the rule that made it.
@@ -97,6 +96,57 @@ class Shape(NamedTuple):
     parent: bool  # it has a parent_id
 
 
+class EffectView(Protocol):
+    """What the rules read of an effect: a ``MemoryEffect``, or the lean reader's slotted
+    ``LeanEffect`` (``reader.py``: made for millions of effects, it holds only these)."""
+
+    @property
+    def kind(self) -> EffectKind: ...
+    @property
+    def item_id(self) -> str: ...
+    @property
+    def namespace(self) -> str | None: ...
+    @property
+    def content_before(self) -> str | None: ...
+    @property
+    def content_after(self) -> str | None: ...
+    @property
+    def tags_after(self) -> AccessTags | None: ...
+    @property
+    def derived_from(self) -> list[str]: ...
+
+
+class EventView(Protocol):
+    """What the rules read of an event: a ``TraceEvent``, or the lean reader's ``LeanEvent``."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def op(self) -> Op: ...
+    @property
+    def context(self) -> Context: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def effects(self) -> Sequence[EffectView]: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def gate(self) -> str | None: ...
+    @property
+    def parent_id(self) -> str | None: ...
+    @property
+    def links(self) -> list[str]: ...
+
+
 class Detector(Protocol):
     """A small documented rule. ``observe`` sees each event in trace order, with the state of the
     trace *before* the event (``state``); it returns the findings the event causes. Detectors
@@ -110,12 +160,12 @@ class Detector(Protocol):
 
     def wants(self, shape: Shape) -> bool: ...
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterable[Finding]: ...
+    def observe(self, event: EventView, state: TraceState) -> Iterable[Finding]: ...
 
 
 def finding_for(
     detector: Detector,
-    event: TraceEvent,
+    event: EventView,
     summary: str,
     *,
     item_ids: list[str] | None = None,

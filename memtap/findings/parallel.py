@@ -35,10 +35,9 @@ from heapq import merge
 from pathlib import Path
 
 from memtap.findings.engine import Engine, gc_paused, make_detectors
-from memtap.findings.model import Finding
+from memtap.findings.model import EventView, Finding
 from memtap.findings.reader import read_page
 from memtap.findings.rows import Columns, finding_columns
-from memtap.trace.models import TraceEvent
 
 __all__ = ["PartResult", "check_in_parts", "namespace_counts", "plan_parts"]
 
@@ -137,7 +136,7 @@ def check_part(
 
 
 def _joins(
-    events: Sequence[TraceEvent], mine: set[str | None], items: set[str], links: set[str]
+    events: Sequence[EventView], mine: set[str | None], items: set[str], links: set[str]
 ) -> str | None:
     """Why a page joins its part to another (its first event naming a namespace outside ``mine``),
     or None; the items its effects touch and the events it links to are added to ``items`` and

@@ -29,8 +29,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from memtap.findings.facts import asks_to_forget, is_correction, normalise, word_set, words
-from memtap.findings.model import Detector, Finding, finding_for
-from memtap.trace.models import MemoryEffect, TraceEvent
+from memtap.findings.model import Detector, EffectView, EventView, Finding, finding_for
 
 if TYPE_CHECKING:  # state.py caches each live item's clauses and openings with this module's functions
     from memtap.findings.state import LiveItem, TraceState
@@ -247,8 +246,8 @@ def _made_live(item: LiveItem) -> int:
 
 def superseded_findings(
     detector: Detector,
-    event: TraceEvent,
-    eff: MemoryEffect,
+    event: EventView,
+    eff: EffectView,
     state: TraceState,
     namespace: str,
     skip: set[tuple[str, str]],
@@ -350,7 +349,7 @@ class Corrections:
     def __init__(self) -> None:
         self._by_ns: OrderedDict[str, _Kept] = OrderedDict()
 
-    def register(self, namespace: str, eff: MemoryEffect, event: TraceEvent) -> None:
+    def register(self, namespace: str, eff: EffectView, event: EventView) -> None:
         """Remember the clauses of a change statement ``eff`` wrote."""
         content = eff.content_after or ""
         kept = self._by_ns.pop(namespace, None) or _Kept()
@@ -405,8 +404,8 @@ class Corrections:
 
 def restated_findings(
     detector: Detector,
-    event: TraceEvent,
-    eff: MemoryEffect,
+    event: EventView,
+    eff: EffectView,
     state: TraceState,
     namespace: str,
     corrections: Corrections,
