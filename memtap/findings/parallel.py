@@ -99,8 +99,9 @@ def check_part(
     ``columns``: each finding's stored columns are worked out here too (beside the other parts,
     not after them in the parent).
 
-    ``keep``: the engine is appended to it rather than freed on return (a worker then exits
-    without freeing the millions of objects of its state one by one: ``part_worker``)."""
+    ``keep``: the engine and every page read are appended to it rather than freed (a worker then
+    exits without freeing the millions of objects of its state and its events one by one:
+    ``part_worker``)."""
     result = PartResult()
     mine = set(namespaces)
     conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)  # read only
@@ -123,6 +124,8 @@ def check_part(
                 if result.foreign is not None:
                     break
                 found.extend(engine.feed_seen(events))
+                if keep is not None:
+                    keep.append(events)  # not freed page by page either (3% of a part's CPU)
                 result.events += len(events)
     finally:
         conn.close()
