@@ -375,16 +375,28 @@ def survives(fact: str, text_facts: frozenset[str], text_norm: str) -> bool:
     return f" {fact} " in f" {text_norm} "
 
 
+# The cue patterns without IGNORECASE, for ASCII text lowered first: their letters are all lower
+# case ASCII, and in ASCII text a letter matches one of them ignoring case exactly when its lower
+# case does (the characters that also fold to them, such as the Kelvin sign, are not ASCII; \b and
+# \s are unchanged by lowering). The same answers, about a third faster (these run on every write).
+_FORGET_LOWER = re.compile(_FORGET.pattern)
+_CHANGE_LOWER = re.compile(_CHANGE.pattern)
+
+
 def asks_to_forget(text: str) -> bool:
+    if text.isascii():
+        return _FORGET_LOWER.search(text.lower()) is not None
     return _FORGET.search(text) is not None
 
 
 def asks_to_change(text: str) -> bool:
-    return _CHANGE.search(text) is not None or asks_to_forget(text)
+    return is_correction(text) or asks_to_forget(text)
 
 
 @lru_cache(maxsize=4096)
 def is_correction(text: str) -> bool:
+    if text.isascii():
+        return _CHANGE_LOWER.search(text.lower()) is not None
     return _CHANGE.search(text) is not None
 
 
