@@ -10,7 +10,7 @@ owner) and are parsed once per distinct text. What comes back is equal, field fo
 what ``list_events`` returns (``tests/test_findings_equivalence.py`` checks it).
 
 ``lean=True`` (``memtap check`` and the live detectors) reads only what the detectors read, into
-slotted ``LeanEvent`` and ``LeanEffect`` objects holding only the fields the rules read
+slotted ``LeanEvent`` and ``LeanEffect`` objects (``model.py``) holding only the fields the rules read
 (``model.EventView``, ``model.EffectView``: mypy checks that no rule reads another; an event's
 timings, front door, model and token columns and an effect's tags before, rank, score, reconciled
 flag and evidence are not read at all);
@@ -32,10 +32,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from memtap.errors import StoreError
-from memtap.findings.model import EventView
+from memtap.findings.model import EventView, LeanEffect, LeanEvent
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
 
-__all__ = ["LeanEffect", "LeanEvent", "read_page", "tail_start"]
+__all__ = ["read_page", "tail_start"]
 # The columns the detectors read (``lean``), in the order ``_lean_event`` and ``_read_lean_effects``
 # take them.
 _LEAN_EVENT_SQL = (
@@ -54,94 +54,6 @@ _LEAN_EFFECT_OF_SQL = (
 _REMOVING = frozenset({EffectKind.DELETE.value, EffectKind.UPDATE.value})
 
 _M = TypeVar("_M", bound=BaseModel)
-
-
-class LeanEffect:
-    """An effect as the rules read it (``model.EffectView``), for ``lean`` reading: a slotted
-    object made with its values as read (a model with its dict, fields-set and private slots
-    cost three times as much to make and to free, for millions of effects)."""
-
-    __slots__ = (
-        "content_after",
-        "content_before",
-        "derived_from",
-        "item_id",
-        "kind",
-        "namespace",
-        "tags_after",
-    )
-
-    def __init__(
-        self,
-        kind: EffectKind,
-        item_id: str,
-        namespace: str | None,
-        content_before: str | None,
-        content_after: str | None,
-        tags_after: AccessTags | None,
-        derived_from: list[str],
-    ) -> None:
-        self.kind = kind
-        self.item_id = item_id
-        self.namespace = namespace
-        self.content_before = content_before
-        self.content_after = content_after
-        self.tags_after = tags_after
-        self.derived_from = derived_from
-
-
-class LeanEvent:
-    """An event as the rules read it (``model.EventView``; ``started_at`` too), for ``lean``
-    reading: slotted, made with its values as read."""
-
-    __slots__ = (
-        "arguments",
-        "backend",
-        "context",
-        "effects",
-        "error",
-        "gate",
-        "id",
-        "links",
-        "op",
-        "parent_id",
-        "result",
-        "started_at",
-        "status",
-        "tool",
-    )
-
-    def __init__(
-        self,
-        id: str,
-        started_at: datetime,
-        backend: str,
-        tool: str,
-        op: Op,
-        context: Context,
-        arguments: dict[str, Any],
-        result: Any,
-        effects: list[LeanEffect],
-        status: str,
-        error: str | None,
-        gate: str | None,
-        parent_id: str | None,
-        links: list[str],
-    ) -> None:
-        self.id = id
-        self.started_at = started_at
-        self.backend = backend
-        self.tool = tool
-        self.op = op
-        self.context = context
-        self.arguments = arguments
-        self.result = result
-        self.effects = effects
-        self.status = status
-        self.error = error
-        self.gate = gate
-        self.parent_id = parent_id
-        self.links = links
 
 
 _EVENT_FIELDS = (
