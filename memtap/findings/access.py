@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memtap.findings.facts import facts, normalise
-from memtap.findings.model import Finding, Severity, Shape, finding_for
+from memtap.findings.model import EventView, Finding, Severity, Shape, finding_for
 from memtap.findings.state import TraceState, effect_namespace
-from memtap.trace.models import AccessTags, EffectKind, Op, TraceEvent
+from memtap.trace.models import AccessTags, EffectKind, Op
 
 __all__ = [
     "Canary",
@@ -48,7 +48,7 @@ def denied_ids(gate: str | None) -> tuple[str, list[str]]:
     return match.group(1), [i for i in match.group(2).split(",") if i]
 
 
-def requester_of(event: TraceEvent) -> str:
+def requester_of(event: EventView) -> str:
     ctx = event.context
     return ctx.requester or ctx.namespace or ctx.principal
 
@@ -68,7 +68,7 @@ class LeakRetrieval:
     def wants(self, shape: Shape) -> bool:
         return shape.gate == "deny" or (shape.gate is None and shape.ok and _RETRIEVE in shape.kinds)
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         mode, ids = denied_ids(event.gate)
         judged_here = False
         if event.gate is None and event.status == "ok":
@@ -97,7 +97,7 @@ class LeakRetrieval:
         )
 
 
-def _tags_of(event: TraceEvent, state: TraceState, item_id: str) -> AccessTags | None:
+def _tags_of(event: EventView, state: TraceState, item_id: str) -> AccessTags | None:
     """The tags a retrieved item carried: on the retrieve effect, else as the trace last wrote it."""
     for eff in event.effects:
         if eff.item_id == item_id and eff.kind == _RETRIEVE and eff.tags_after is not None:
@@ -106,7 +106,7 @@ def _tags_of(event: TraceEvent, state: TraceState, item_id: str) -> AccessTags |
     return item.tags if item is not None else None
 
 
-def tags_deny(event: TraceEvent, state: TraceState) -> list[str]:
+def tags_deny(event: EventView, state: TraceState) -> list[str]:
     """The retrieved items whose recorded tags deny the event's requester, judged as the access
     gate judges (untagged items are allowed): for retrievals that carry no gate verdict."""
     requester = requester_of(event)
@@ -134,7 +134,7 @@ class CrossNamespace:
     def wants(self, shape: Shape) -> bool:
         return (not shape.ok and shape.error) or _RETRIEVE in shape.kinds
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         ctx = event.context
         if event.status != "ok" and event.error and _REFUSAL.search(event.error):
             yield finding_for(
@@ -150,13 +150,13 @@ class CrossNamespace:
                 },
             )
             return
-        items, backend = state.items, event.backend
+        items, backend, here = state.items, event.backend, ctx.namespace
         for eff in event.effects:
             if eff.kind != _RETRIEVE:
                 continue
             item = items.get((backend, eff.item_id))
-            owner_ns = item.namespace if item is not None else effect_namespace(event, eff)
-            if owner_ns != ctx.namespace:
+            owner_ns = item.namespace if item is not None else (eff.namespace or here)  # effect_namespace
+            if owner_ns != here:
                 yield finding_for(
                     self,
                     event,
@@ -182,7 +182,7 @@ class Canary:
     configured: bool = False
 
 
-def _texts_of(event: TraceEvent, injected: Mapping[str, str]) -> list[tuple[str, str]]:
+def _texts_of(event: EventView, injected: Mapping[str, str]) -> list[tuple[str, str]]:
     """(where, text) pairs an event shows to its requester or sends upstream. A chat's upstream
     request is the client's request (the recorded arguments) plus the memories the chat proxy
     injected into it (``result.memory.injected``), whose contents ``injected`` gives by id."""
@@ -241,7 +241,7 @@ class CanaryExposure:
     def wants(self, shape: Shape) -> bool:
         return bool(self.canaries)
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         if not self.canaries:
             return
         for eff in event.effects:  # learn owners, and which items hold a canary, from writes
@@ -295,7 +295,7 @@ class SecretStored:
     def wants(self, shape: Shape) -> bool:
         return bool(shape.kinds & _WRITES)
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         for eff in event.effects:
             if eff.kind not in _WRITE_KINDS or not eff.content_after:
                 continue
@@ -349,13 +349,13 @@ class LeakInjection:
     )
 
     def __init__(self) -> None:
-        self._chats: OrderedDict[str, TraceEvent] = OrderedDict()
-        self._denied: OrderedDict[str, TraceEvent] = OrderedDict()
+        self._chats: OrderedDict[str, EventView] = OrderedDict()
+        self._denied: OrderedDict[str, EventView] = OrderedDict()
 
     def wants(self, shape: Shape) -> bool:
         return shape.op == _CHAT or (shape.parent and shape.gate == "deny")
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         if event.op == _CHAT:
             _remember(self._chats, event.id, event)
             for link in event.links:
@@ -371,7 +371,7 @@ class LeakInjection:
         else:
             yield from self._judge(chat, event, state)
 
-    def _judge(self, chat: TraceEvent, search: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def _judge(self, chat: EventView, search: EventView, state: TraceState) -> Iterator[Finding]:
         mode, ids = denied_ids(search.gate)
         contents = {e.item_id: e.content_after or "" for e in search.effects if e.kind == _RETRIEVE}
         for item_id in ids:
@@ -416,7 +416,7 @@ def _remember_text(cache: OrderedDict[str, str], key: str, text: str) -> None:
         cache.popitem(last=False)
 
 
-def _remember(cache: OrderedDict[str, TraceEvent], key: str, event: TraceEvent) -> None:
+def _remember(cache: OrderedDict[str, EventView], key: str, event: EventView) -> None:
     cache[key] = event
     while len(cache) > _RECENT:
         cache.popitem(last=False)

@@ -29,9 +29,8 @@ from memtap.findings.lifecycle import (
     StaleCoexistence,
     UntrustedOverwrite,
 )
-from memtap.findings.model import Detector, Finding, Shape
+from memtap.findings.model import Detector, EventView, Finding, Shape
 from memtap.findings.state import TraceState
-from memtap.trace.models import TraceEvent
 
 __all__ = ["DETECTOR_NAMES", "Engine", "EngineStats", "gc_paused", "make_detectors"]
 
@@ -119,7 +118,7 @@ class Engine:
         self._by_shape: dict[Shape, list[Detector]] = {}
         self._by_key: dict[tuple[object, ...], list[Detector]] = {}
 
-    def detectors_for(self, event: TraceEvent) -> list[Detector]:
+    def detectors_for(self, event: EventView) -> list[Detector]:
         """The detectors that want to see ``event`` (by its shape), in their fixed order."""
         gate = event.gate
         effects = event.effects
@@ -147,10 +146,10 @@ class Engine:
             chosen = self._by_shape[shape] = [d for d in self.detectors if d.wants(shape)]
         return chosen
 
-    def feed(self, events: Iterable[TraceEvent]) -> list[Finding]:
+    def feed(self, events: Iterable[EventView]) -> list[Finding]:
         return [finding for _, finding in self.feed_seen(events)]
 
-    def feed_seen(self, events: Iterable[TraceEvent]) -> list[tuple[str, Finding]]:
+    def feed_seen(self, events: Iterable[EventView]) -> list[tuple[str, Finding]]:
         """``feed``, each finding paired with the id of the event that was seen when it was found
         (a finding may be located at an earlier event: a chat judged when its search is seen)."""
         found: list[tuple[str, Finding]] = []

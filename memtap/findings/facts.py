@@ -40,7 +40,9 @@ _DATE = re.compile(
 _DIGIT = re.compile(r"\d")  # every date and number holds one
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:]\d+)*%?")
 _QUOTED = re.compile(r"\"([^\"]{1,80})\"|“([^”]{1,80})”|'([^'\s][^']{0,78}[^'\s])'(?!\w)")
-_NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
+# ``\b[A-Z]...``, written to open with the capital itself (a character class the search skips to
+# in C) and the word boundary before it checked behind it: the same matches, twice as fast.
+_NAME = re.compile(r"[A-Z](?<!\w[A-Z])[\w'-]*(?:\s+[A-Z][\w'-]*)*")
 # Verbs that follow "to" as an infinitive ("nothing to change", "need to sort out", "happy to
 # help"): what follows is an action, not a value. Words that are as often the place or thing
 # reached ("get to work", "went to school") are left out.
@@ -61,7 +63,9 @@ _INFINITIVE = (
 # coincidence", "it is better"), nor an infinitive after "to".
 _VALUE = re.compile(
     r"(?=[iawtpluhnc=:])"  # the first characters a match can start with (see above)
-    r"(?:(?<!\b[Tt]hat )(?<!\b[Tt]his )(?<!\b[Ii]t )(?<!\b[Ww]hich )\b(?:is|are|was|were)"
+    # "is", "are"... looked ahead for before the four lookbehinds (the same zero-width tests at
+    # one position, in a cheaper order: most positions fail the first).
+    r"(?:\b(?=is|are|was|were)(?<!\b[Tt]hat )(?<!\b[Tt]his )(?<!\b[Ii]t )(?<!\b[Ww]hich )(?:is|are|was|were)"
     r"|\bto(?=\s+(?!(?:" + _INFINITIVE + r")\b))"
     r"|\b(?:prefers?|likes?|loves?|uses?|hates?|named|called))\s+"
     r"((?:(?:a|an|the|my|his|her|their)\s+)?[a-z][\w-]*(?:\s+[a-z][\w-]*){0,2})"
@@ -371,16 +375,28 @@ def survives(fact: str, text_facts: frozenset[str], text_norm: str) -> bool:
     return f" {fact} " in f" {text_norm} "
 
 
+# The cue patterns without IGNORECASE, for ASCII text lowered first: their letters are all lower
+# case ASCII, and in ASCII text a letter matches one of them ignoring case exactly when its lower
+# case does (the characters that also fold to them, such as the Kelvin sign, are not ASCII; \b and
+# \s are unchanged by lowering). The same answers, about a third faster (these run on every write).
+_FORGET_LOWER = re.compile(_FORGET.pattern)
+_CHANGE_LOWER = re.compile(_CHANGE.pattern)
+
+
 def asks_to_forget(text: str) -> bool:
+    if text.isascii():
+        return _FORGET_LOWER.search(text.lower()) is not None
     return _FORGET.search(text) is not None
 
 
 def asks_to_change(text: str) -> bool:
-    return _CHANGE.search(text) is not None or asks_to_forget(text)
+    return is_correction(text) or asks_to_forget(text)
 
 
 @lru_cache(maxsize=4096)
 def is_correction(text: str) -> bool:
+    if text.isascii():
+        return _CHANGE_LOWER.search(text.lower()) is not None
     return _CHANGE.search(text) is not None
 
 

@@ -20,7 +20,7 @@ from memtap.findings.facts import (
     strings_in,
     word_set,
 )
-from memtap.findings.model import Finding, Severity, Shape, finding_for
+from memtap.findings.model import EffectView, EventView, Finding, Severity, Shape, finding_for
 from memtap.findings.state import LiveItem, Removal, TraceState, effect_namespace
 from memtap.findings.supersede import (
     Corrections,
@@ -30,7 +30,7 @@ from memtap.findings.supersede import (
     states_change,
     superseded_findings,
 )
-from memtap.trace.models import EffectKind, MemoryEffect, Op, Role, TraceEvent
+from memtap.trace.models import EffectKind, Op, Role
 
 __all__ = [
     "DestructiveUpdate",
@@ -65,23 +65,23 @@ _REMOVALS_SET = frozenset(_REMOVALS)
 _WRITES_SET = frozenset(_WRITES)
 
 
-def has_effect(event: TraceEvent, kinds: tuple[EffectKind, ...]) -> bool:
+def has_effect(event: EventView, kinds: tuple[EffectKind, ...]) -> bool:
     """Whether the event has an effect of ``kinds``: a rule returns at once for the events it is
     not about (most events remove nothing; a quarter are retrievals that write nothing)."""
     return any(e.kind in kinds for e in event.effects)
 
 
-def touched(event: TraceEvent) -> set[tuple[str, str]]:
+def touched(event: EventView) -> set[tuple[str, str]]:
     return {(event.backend, e.item_id) for e in event.effects if e.kind != _RETRIEVE}
 
 
-def written_texts(event: TraceEvent) -> list[str]:
+def written_texts(event: EventView) -> list[str]:
     """What an event wrote: its add and update effects' content after."""
     return [e.content_after for e in event.effects if e.kind in _WRITES and e.content_after]
 
 
 def surviving(
-    state: TraceState, namespace: str, fact: str, event: TraceEvent, skip: set[tuple[str, str]]
+    state: TraceState, namespace: str, fact: str, event: EventView, skip: set[tuple[str, str]]
 ) -> bool:
     """Whether ``fact`` is still stated after ``event``: by a live item it did not touch, or by
     what it wrote."""
@@ -98,7 +98,7 @@ def removed_facts(item: LiveItem | None, text: str) -> frozenset[str]:
     return item.facts if item is not None and item.content == text else facts(text)
 
 
-def requested_removals(event: TraceEvent) -> set[str]:
+def requested_removals(event: EventView) -> set[str]:
     """The item ids of the removals (deletes, updates) the call asked for. When the arguments name
     some removed item (by id or exact content), only the named ones were asked for; when they name
     none (an entity name, a filter), every removal of a delete or update call counts as asked for.
@@ -137,7 +137,7 @@ class Erasure:
     def wants(self, shape: Shape) -> bool:
         return bool(shape.kinds & _REMOVALS_SET)
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         if not has_effect(event, _REMOVALS):
             return
         skip = touched(event)
@@ -215,7 +215,7 @@ class DestructiveUpdate:
     def wants(self, shape: Shape) -> bool:
         return _UPDATE in shape.kinds
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         for eff in event.effects:
             if eff.kind != _UPDATE or eff.content_before is None or eff.content_after is None:
                 continue
@@ -265,7 +265,7 @@ class StaleCoexistence:
     def wants(self, shape: Shape) -> bool:
         return shape.ok and bool(shape.kinds & _WRITES_SET)
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         if event.status != "ok":
             return
         skip: set[tuple[str, str]] | None = None
@@ -317,7 +317,7 @@ class StaleCoexistence:
                 yield from restated_findings(self, event, eff, state, namespace, self._corrections, skip)
 
     def _holds_both(
-        self, event: TraceEvent, eff: MemoryEffect, namespace: str, flagged: set[str]
+        self, event: EventView, eff: EffectView, namespace: str, flagged: set[str]
     ) -> Iterator[Finding]:
         """The written item itself states a subject with its old value and then its new one."""
         found = self_superseded(eff.content_after or "") if eff.item_id not in flagged else None
@@ -347,7 +347,7 @@ class ReaddDeletes:
     def wants(self, shape: Shape) -> bool:
         return shape.op in _WRITE_OPS and _DELETE in shape.kinds
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         if event.op not in _WRITE_OPS or not has_effect(event, _DELETE_ONLY):
             return
         wanted = sorted({t for t in strings_in(event.arguments) if len(t) >= 3}) + written_texts(event)
@@ -389,7 +389,7 @@ class LostOnFailure:
     def wants(self, shape: Shape) -> bool:
         return not shape.ok and shape.op in _WRITE_OPS
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         if event.status == "ok" or event.op not in _WRITE_OPS:
             return
         ctx = event.context
@@ -429,7 +429,7 @@ class Duplicate:
     def wants(self, shape: Shape) -> bool:
         return bool(shape.kinds & _WRITES_SET)
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         if not has_effect(event, _WRITES):
             return
         skip = touched(event)
@@ -477,7 +477,7 @@ class UntrustedOverwrite:
     def wants(self, shape: Shape) -> bool:
         return shape.role in _UNTRUSTED and bool(shape.kinds & _REMOVALS_SET)
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterator[Finding]:
+    def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
         role = event.context.role
         if role not in _UNTRUSTED:
             return

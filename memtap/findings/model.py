@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from memtap.errors import ConfigError
-from memtap.trace.models import EffectKind, Op, Role
+from memtap.trace.models import AccessTags, Context, EffectKind, Op, Role
 
 if TYPE_CHECKING:
     from memtap.findings.state import TraceState
-    from memtap.trace.models import TraceEvent
 
-__all__ = ["DETECTOR_VERSION", "Detector", "Finding", "Severity", "Shape"]
+__all__ = [
+    "DETECTOR_VERSION",
+    "Detector",
+    "EffectView",
+    "EventView",
+    "Finding",
+    "LeanEffect",
+    "LeanEvent",
+    "Severity",
+    "Shape",
+]
 
 # Bumped whenever a rule changes what it reports; stored with every finding so a finding can be
 # traced back to the rule that made it.
@@ -97,6 +107,146 @@ class Shape(NamedTuple):
     parent: bool  # it has a parent_id
 
 
+class EffectView(Protocol):
+    """What the rules read of an effect: a ``MemoryEffect``, or the lean reader's slotted
+    ``LeanEffect`` (below: made for millions of effects, it holds only these)."""
+
+    @property
+    def kind(self) -> EffectKind: ...
+    @property
+    def item_id(self) -> str: ...
+    @property
+    def namespace(self) -> str | None: ...
+    @property
+    def content_before(self) -> str | None: ...
+    @property
+    def content_after(self) -> str | None: ...
+    @property
+    def tags_after(self) -> AccessTags | None: ...
+    @property
+    def derived_from(self) -> list[str]: ...
+
+
+class EventView(Protocol):
+    """What the rules read of an event: a ``TraceEvent``, or the lean reader's ``LeanEvent``."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def op(self) -> Op: ...
+    @property
+    def context(self) -> Context: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def effects(self) -> Sequence[EffectView]: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def gate(self) -> str | None: ...
+    @property
+    def parent_id(self) -> str | None: ...
+    @property
+    def links(self) -> list[str]: ...
+
+
+class LeanEffect:
+    """An effect as the rules read it (``EffectView``), for the reader's ``lean`` mode
+    (``reader.py``): a slotted object made with its values as read (a model with its dict,
+    fields-set and private slots cost three times as much to make and to free, for millions of
+    effects)."""
+
+    __slots__ = (
+        "content_after",
+        "content_before",
+        "derived_from",
+        "item_id",
+        "kind",
+        "namespace",
+        "tags_after",
+    )
+
+    def __init__(
+        self,
+        kind: EffectKind,
+        item_id: str,
+        namespace: str | None,
+        content_before: str | None,
+        content_after: str | None,
+        tags_after: AccessTags | None,
+        derived_from: list[str],
+    ) -> None:
+        self.kind = kind
+        self.item_id = item_id
+        self.namespace = namespace
+        self.content_before = content_before
+        self.content_after = content_after
+        self.tags_after = tags_after
+        self.derived_from = derived_from
+
+
+class LeanEvent:
+    """An event as the rules read it (``EventView``; ``started_at`` too), for ``lean``
+    reading: slotted, made with its values as read."""
+
+    __slots__ = (
+        "arguments",
+        "backend",
+        "context",
+        "effects",
+        "error",
+        "gate",
+        "id",
+        "links",
+        "op",
+        "parent_id",
+        "result",
+        "started_at",
+        "status",
+        "tool",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        started_at: datetime,
+        backend: str,
+        tool: str,
+        op: Op,
+        context: Context,
+        arguments: dict[str, Any],
+        result: Any,
+        effects: list[LeanEffect],
+        status: str,
+        error: str | None,
+        gate: str | None,
+        parent_id: str | None,
+        links: list[str],
+    ) -> None:
+        self.id = id
+        self.started_at = started_at
+        self.backend = backend
+        self.tool = tool
+        self.op = op
+        self.context = context
+        self.arguments = arguments
+        self.result = result
+        self.effects = effects
+        self.status = status
+        self.error = error
+        self.gate = gate
+        self.parent_id = parent_id
+        self.links = links
+
+
 class Detector(Protocol):
     """A small documented rule. ``observe`` sees each event in trace order, with the state of the
     trace *before* the event (``state``); it returns the findings the event causes. Detectors
@@ -110,12 +260,12 @@ class Detector(Protocol):
 
     def wants(self, shape: Shape) -> bool: ...
 
-    def observe(self, event: TraceEvent, state: TraceState) -> Iterable[Finding]: ...
+    def observe(self, event: EventView, state: TraceState) -> Iterable[Finding]: ...
 
 
 def finding_for(
     detector: Detector,
-    event: TraceEvent,
+    event: EventView,
     summary: str,
     *,
     item_ids: list[str] | None = None,

@@ -35,7 +35,7 @@ from heapq import merge
 from pathlib import Path
 
 from memtap.findings.engine import Engine, gc_paused, make_detectors
-from memtap.findings.model import Finding
+from memtap.findings.model import EventView, Finding
 from memtap.findings.reader import read_page
 from memtap.findings.rows import Columns, finding_columns
 
@@ -99,8 +99,9 @@ def check_part(
     ``columns``: each finding's stored columns are worked out here too (beside the other parts,
     not after them in the parent).
 
-    ``keep``: the engine is appended to it rather than freed on return (a worker then exits
-    without freeing the millions of objects of its state one by one: ``part_worker``)."""
+    ``keep``: the engine and every page read are appended to it rather than freed (a worker then
+    exits without freeing the millions of objects of its state and its events one by one:
+    ``part_worker``)."""
     result = PartResult()
     mine = set(namespaces)
     conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)  # read only
@@ -108,7 +109,6 @@ def check_part(
     if keep is not None:
         keep.append(engine)
     stats, found, items, links = engine.stats, result.findings, result.items, result.links
-    add_item = items.add
     after: str | int | None = None
     try:
         with gc_paused():
@@ -120,24 +120,12 @@ def check_part(
                     break
                 # What would join this part to another, for the whole page before any of it is
                 # fed (a part that stops is checked again on one engine: its findings are dropped).
-                for event in events:
-                    if event.context.namespace not in mine:
-                        result.foreign = f"event {event.id} is in namespace {event.context.namespace!r}"
-                        break
-                    for eff in event.effects:
-                        if eff.namespace is not None and eff.namespace not in mine:
-                            result.foreign = f"event {event.id} touched namespace {eff.namespace!r}"
-                            break
-                        add_item(eff.item_id)
-                    if result.foreign is not None:
-                        break
-                    if event.parent_id is not None:
-                        links.add(event.parent_id)
-                    if event.links:
-                        links.update(event.links)
+                result.foreign = _joins(events, mine, items, links)
                 if result.foreign is not None:
                     break
                 found.extend(engine.feed_seen(events))
+                if keep is not None:
+                    keep.append(events)  # not freed page by page either (3% of a part's CPU)
                 result.events += len(events)
     finally:
         conn.close()
@@ -148,6 +136,30 @@ def check_part(
     if stats.last_error_event is not None:
         result.last_error = (stats.last_error_event, stats.last_error or "")
     return result
+
+
+def _joins(
+    events: Sequence[EventView], mine: set[str | None], items: set[str], links: set[str]
+) -> str | None:
+    """Why a page joins its part to another (its first event naming a namespace outside ``mine``),
+    or None; the items its effects touch and the events it links to are added to ``items`` and
+    ``links``. Set operations over the whole page (a page mostly holds none of these)."""
+    effects = [eff for event in events for eff in event.effects]
+    named = {event.context.namespace for event in events}
+    named.update([eff.namespace for eff in effects if eff.namespace is not None])
+    if not named <= mine:
+        for event in events:  # the first event that names one, as a loop over the page finds it
+            if event.context.namespace not in mine:
+                return f"event {event.id} is in namespace {event.context.namespace!r}"
+            for eff in event.effects:
+                if eff.namespace is not None and eff.namespace not in mine:
+                    return f"event {event.id} touched namespace {eff.namespace!r}"
+    items.update([eff.item_id for eff in effects])
+    links.update([event.parent_id for event in events if event.parent_id is not None])
+    for event in events:
+        if event.links:
+            links.update(event.links)
+    return None
 
 
 @dataclass

@@ -9,9 +9,11 @@ minus its per-field bookkeeping. Contexts and access tags repeat (one per sessio
 owner) and are parsed once per distinct text. What comes back is equal, field for field, to
 what ``list_events`` returns (``tests/test_findings_equivalence.py`` checks it).
 
-``lean=True`` (``memtap check`` and the live detectors) reads only what the detectors read: an
-event's timings, front door, model and token columns and an effect's tags before, rank, score,
-reconciled flag and evidence are left at their defaults (``ended_at`` is the start);
+``lean=True`` (``memtap check`` and the live detectors) reads only what the detectors read, into
+slotted ``LeanEvent`` and ``LeanEffect`` objects (``model.py``) holding only the fields the rules read
+(``model.EventView``, ``model.EffectView``: mypy checks that no rule reads another; an event's
+timings, front door, model and token columns and an effect's tags before, rank, score, reconciled
+flag and evidence are not read at all);
 ``result`` is parsed for chat calls only, and ``arguments`` only for chat calls and events that
 removed something (a delete or update effect): the only ones a rule reads them from. A rule
 that reads another field must add it here (``test_lean_reading_keeps_everything_the_detectors_read``
@@ -30,6 +32,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from memtap.errors import StoreError
+from memtap.findings.model import EventView, LeanEffect, LeanEvent
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
 
 __all__ = ["read_page", "tail_start"]
@@ -51,6 +54,7 @@ _LEAN_EFFECT_OF_SQL = (
 _REMOVING = frozenset({EffectKind.DELETE.value, EffectKind.UPDATE.value})
 
 _M = TypeVar("_M", bound=BaseModel)
+
 
 _EVENT_FIELDS = (
     "id",
@@ -187,51 +191,31 @@ def _event(row: tuple[Any, ...], effects: list[MemoryEffect]) -> TraceEvent:
 
 
 def _read_lean_effects(
-    rows: Iterable[tuple[Any, ...]], effects: dict[str, list[MemoryEffect]], removing: set[str]
+    rows: Iterable[tuple[Any, ...]], effects: dict[str, list[LeanEffect]], removing: set[str]
 ) -> None:
-    """Each row's effect, built in this loop (millions of them: no call per row), appended to its
-    event's list; the events with a delete or update effect added to ``removing``."""
-    # Every effect shares one fields-set: it names every field already, so nothing can add to it.
-    new, set_, kinds, fields, tags_of, loads = (
-        MemoryEffect.__new__,
-        object.__setattr__,
-        _KINDS,
-        set(_EFFECT_SET),
-        _tags,
-        _json,
-    )
+    """Each row's effect, made in this loop (millions of them: no other call per row), appended to
+    its event's list; the events with a delete or update effect added to ``removing``."""
+    lean, kinds, tags_of, loads = LeanEffect, _KINDS, _tags, _json
     for event_id, kind, item_id, namespace, before, after, tags_after, derived in rows:
         mine = effects.get(event_id)
         if mine is None:
             continue
-        effect = new(MemoryEffect)
-        set_(
-            effect,
-            "__dict__",
-            {
-                "kind": kinds[kind],
-                "item_id": item_id,
-                "namespace": namespace,
-                "content_before": before,
-                "content_after": after,
-                "tags_before": None,
-                "tags_after": None if tags_after is None else tags_of(tags_after),
-                "rank": None,
-                "score": None,
-                "derived_from": (loads(derived) or []) if derived is not None else [],
-                "reconciled": False,
-                "evidence": None,
-            },
+        mine.append(
+            lean(
+                kinds[kind],
+                item_id,
+                namespace,
+                before,
+                after,
+                None if tags_after is None else tags_of(tags_after),
+                (loads(derived) or []) if derived is not None else [],
+            )
         )
-        set_(effect, "__pydantic_fields_set__", fields)
-        set_(effect, "__pydantic_extra__", None)
-        set_(effect, "__pydantic_private__", None)
-        mine.append(effect)
         if kind in _REMOVING:
             removing.add(event_id)
 
 
-def _lean_event(row: tuple[Any, ...], effects: list[MemoryEffect], removing: bool) -> TraceEvent:
+def _lean_event(row: tuple[Any, ...], effects: list[LeanEffect], removing: bool) -> LeanEvent:
     (
         _,
         id_,
@@ -249,36 +233,23 @@ def _lean_event(row: tuple[Any, ...], effects: list[MemoryEffect], removing: boo
         links,
     ) = row
     op = _OPS[op_text]
-    started = datetime.fromisoformat(started_at)
     chat = op is Op.CHAT
-    values = {
-        "id": id_,
-        "started_at": started,
-        "ended_at": started,
-        "front_door": "",
-        "backend": backend,
-        "tool": tool,
-        "op": op,
-        "context": _context(context),
-        "arguments": _json(arguments) if chat or removing else {},
-        "result": _load(result) if chat else None,
-        "effects": effects,
-        "backend_ms": None,
-        "overhead_ms": None,
-        "status": status,
-        "error": error,
-        "gate": gate,
-        "total_ms": None,
-        "parent_id": parent,
-        "model": None,
-        "provider": None,
-        "input_tokens": None,
-        "output_tokens": None,
-        "ttft_ms": None,
-        "memory_ms": None,
-        "links": (_json(links) or []) if links is not None else [],
-    }
-    return _built(TraceEvent, values, _TRACE_EVENT_SET)
+    return LeanEvent(
+        id_,
+        datetime.fromisoformat(started_at),
+        backend,
+        tool,
+        op,
+        _context(context),
+        _json(arguments) if chat or removing else {},
+        _load(result) if chat else None,
+        effects,
+        status,
+        error,
+        gate,
+        parent,
+        (_json(links) or []) if links is not None else [],
+    )
 
 
 def read_page(
@@ -290,7 +261,7 @@ def read_page(
     by_rowid: bool = False,
     lean: bool = False,
     namespaces: Sequence[str | None] | None = None,
-) -> tuple[list[TraceEvent], str | int | None]:
+) -> tuple[list[EventView], str | int | None]:
     """Up to ``limit`` events after ``after`` (an event id, or a rowid when ``by_rowid``: the order
     they were committed in), with their effects; and where the next page starts. ``lean``: only
     what the detectors read (the module's docstring). ``namespaces``: only the events of these
@@ -318,25 +289,27 @@ def read_page(
         if not rows:
             return [], after
         ids = [row[1] for row in rows]
-        effects: dict[str, list[MemoryEffect]] = {i: [] for i in ids}
         # One index range over the page: events of other runs (or committed out of id order)
         # inside it are skipped.
         if lean:
+            lean_effects: dict[str, list[LeanEffect]] = {i: [] for i in ids}
             query = (
                 conn.execute(_LEAN_EFFECT_SQL, (min(ids), max(ids)))
                 if namespaces is None
                 else conn.execute(_LEAN_EFFECT_OF_SQL, (json.dumps(ids),))
             )
-            _read_lean_effects(query, effects, removing)
+            _read_lean_effects(query, lean_effects, removing)
         else:
+            effects: dict[str, list[MemoryEffect]] = {i: [] for i in ids}
             for erow in conn.execute(_EFFECT_SQL, (min(ids), max(ids))):
                 mine = effects.get(erow[0])
                 if mine is not None:
                     mine.append(_effect(erow[1:]))
     except sqlite3.Error as exc:
         raise StoreError(f"events could not be read: {exc}") from exc
+    events: list[EventView]
     if lean:
-        events = [_lean_event(row, effects[row[1]], row[1] in removing) for row in rows]
+        events = [_lean_event(row, lean_effects[row[1]], row[1] in removing) for row in rows]
     else:
         events = [_event(row, effects[row[1]]) for row in rows]
     return events, (rows[-1][0] if by_rowid else rows[-1][1])

@@ -14,8 +14,9 @@ from typing import Any
 
 from memtap.findings.facts import facts, normalise, word_set
 from memtap.findings.index import NamespaceIndex, compared_sizes, jaccard_at_least_09
+from memtap.findings.model import EffectView, EventView
 from memtap.findings.supersede import clause_tuple, openings
-from memtap.trace.models import AccessTags, EffectKind, MemoryEffect, Op, TraceEvent
+from memtap.trace.models import AccessTags, EffectKind, Op
 
 __all__ = ["LiveItem", "Removal", "TraceState", "effect_namespace", "last_user_text"]
 
@@ -147,7 +148,7 @@ class TraceState:
 
     # -- applying an event ----------------------------------------------------------
 
-    def apply(self, event: TraceEvent) -> None:
+    def apply(self, event: EventView) -> None:
         self.events_seen += 1
         ctx = event.context
         if event.op == _CHAT:
@@ -236,12 +237,12 @@ class TraceState:
                 yield from reversed(bucket.values())
 
     @staticmethod
-    def _turn_key(event: TraceEvent) -> tuple[str, str, str | None, str | None]:
+    def _turn_key(event: EventView) -> tuple[str, str, str | None, str | None]:
         ctx = event.context
         return (event.backend, ctx.namespace, ctx.session, ctx.turn)
 
 
-def effect_namespace(event: TraceEvent, eff: MemoryEffect) -> str:
+def effect_namespace(event: EventView, eff: EffectView) -> str:
     return eff.namespace or event.context.namespace
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlite_utils import Database
@@ -40,7 +41,7 @@ def save_findings(
     fresh: list[Finding] = []
     rows: list[Columns] = []
     try:
-        with immediate_transaction(db):
+        with _big_cache(db, len(findings)), immediate_transaction(db):
             taken = _stored_keys(db, [cols[_KEY] for cols in columns])
             for finding, cols in zip(findings, columns, strict=True):
                 finding.id = finding.id or new_id()
@@ -58,6 +59,27 @@ def save_findings(
     except sqlite3.Error as exc:
         raise StoreError(f"findings could not be stored: {exc}") from exc
     return fresh
+
+
+_BIG_BATCH = 10_000  # findings stored at once (``memtap check``) for which the page cache is raised
+_BIG_CACHE_KIB = 262_144
+
+
+@contextmanager
+def _big_cache(db: Database, count: int) -> Iterator[None]:
+    """A page cache of up to 256 MiB on the connection while a big batch is stored: each row goes
+    into seven b-trees (the table, the id, the dedupe key and five indexes), two of them at random
+    places (ids and keys), and the default 2 MiB cache read their pages back from the file again and
+    again (115,054 findings: 3.1 to 3.5 s of CPU, 2.5 s with the bigger cache). Set back after."""
+    if count < _BIG_BATCH:
+        yield
+        return
+    (before,) = db.conn.execute("PRAGMA cache_size").fetchone()
+    db.conn.execute(f"PRAGMA cache_size = -{_BIG_CACHE_KIB}")
+    try:
+        yield
+    finally:
+        db.conn.execute(f"PRAGMA cache_size = {int(before)}")
 
 
 def _stored_keys(db: Database, keys: list[str]) -> set[str]:

@@ -29,8 +29,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from memtap.findings.facts import asks_to_forget, is_correction, normalise, word_set, words
-from memtap.findings.model import Detector, Finding, finding_for
-from memtap.trace.models import MemoryEffect, TraceEvent
+from memtap.findings.model import Detector, EffectView, EventView, Finding, finding_for
 
 if TYPE_CHECKING:  # state.py caches each live item's clauses and openings with this module's functions
     from memtap.findings.state import LiveItem, TraceState
@@ -56,8 +55,20 @@ _NEGATED_CHANGE = re.compile(
 )
 _ABBREVIATION = re.compile(r"\b(Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.\s")
 _SPLIT = re.compile(r"(?<=[.!?;:])\s+|\n+")
+# Cheap tests (a character class or a literal the search skips to in C) for a text with nothing to
+# split or protect: most are one sentence, and ``_SPLIT`` and ``_ABBREVIATION`` open with
+# lookbehinds and word boundaries tried at every position.
+_SPLIT_AT = re.compile(r"[.!?;:]\s")  # where ``_SPLIT`` splits, but at a newline
+_PERIOD_SPACE = re.compile(r"\.\s")  # every ``_ABBREVIATION`` match ends with one
 _MIN_SHARED = 3  # opening plus closing words two clauses must share to be about one subject
 _WORD = re.compile(r"[\w'-]+")  # a word, as ``normalise`` finds them
+
+
+def _split(text: str) -> list[str]:
+    """``_SPLIT.split(text)``: a text with no newline and no sentence end before a space is one part."""
+    if "\n" not in text and _SPLIT_AT.search(text) is None:
+        return [text]
+    return _SPLIT.split(text)
 
 
 def states_change(text: str) -> bool:
@@ -75,9 +86,12 @@ def clauses(text: str) -> list[tuple[str, ...]]:
 @lru_cache(maxsize=8192)  # one write's content is asked for by several rules, and again when it is live
 def clause_tuple(text: str) -> tuple[tuple[str, ...], ...]:
     """``clauses(text)``, worked out once per text (shared: read it, never change it)."""
-    protected = _ABBREVIATION.sub(lambda m: m.group(0).replace(". ", "\0 "), text)
+    if _PERIOD_SPACE.search(text) is None:
+        protected = text
+    else:
+        protected = _ABBREVIATION.sub(lambda m: m.group(0).replace(". ", "\0 "), text)
     out = []
-    for part in _SPLIT.split(protected):
+    for part in _split(protected):
         part = part.replace("\0", ".").strip()
         if not part or part.endswith("?") or asks_to_forget(part):
             continue
@@ -95,7 +109,7 @@ def openings(text: str) -> frozenset[str]:
     first word of the first of them that has one). Two clauses about one subject share their
     opening word, so this indexes the live items a change statement can supersede."""
     found = set()
-    for part in _SPLIT.split(text):
+    for part in _split(text):
         match = _WORD.search(part.casefold())
         if match is not None:
             found.add(match.group(0))
@@ -232,8 +246,8 @@ def _made_live(item: LiveItem) -> int:
 
 def superseded_findings(
     detector: Detector,
-    event: TraceEvent,
-    eff: MemoryEffect,
+    event: EventView,
+    eff: EffectView,
     state: TraceState,
     namespace: str,
     skip: set[tuple[str, str]],
@@ -335,7 +349,7 @@ class Corrections:
     def __init__(self) -> None:
         self._by_ns: OrderedDict[str, _Kept] = OrderedDict()
 
-    def register(self, namespace: str, eff: MemoryEffect, event: TraceEvent) -> None:
+    def register(self, namespace: str, eff: EffectView, event: EventView) -> None:
         """Remember the clauses of a change statement ``eff`` wrote."""
         content = eff.content_after or ""
         kept = self._by_ns.pop(namespace, None) or _Kept()
@@ -390,8 +404,8 @@ class Corrections:
 
 def restated_findings(
     detector: Detector,
-    event: TraceEvent,
-    eff: MemoryEffect,
+    event: EventView,
+    eff: EffectView,
     state: TraceState,
     namespace: str,
     corrections: Corrections,
