@@ -124,35 +124,39 @@ async def recorded_call(
         backend_ms = record.backend_ms
         if record._backend_started is not None and backend_ms is None:
             backend_ms = (time.perf_counter() - record._backend_started) * 1000
-        # Every field is already of its type: construct without validating (hot path).
-        event = TraceEvent.model_construct(
-            id=record.id,
-            started_at=started,
-            ended_at=utc_now(),
-            front_door=front_door,
-            backend=backend,
-            tool=tool,
-            op=record.op,  # the serving code may refine it once it knows (a write that replaced: update)
-            context=record.context or fallback_context(),
-            arguments=arguments,
-            result=value,
-            effects=effects,
-            backend_ms=backend_ms,
-            status="ok" if error is None else "error",
-            error=error,
-            gate=record.gate,
-            parent_id=record.parent_id,
-            model=record.model,
-            provider=record.provider,
-            input_tokens=record.input_tokens,
-            output_tokens=record.output_tokens,
-            ttft_ms=None if record.ttft_ms is None else round(record.ttft_ms, 4),
-            memory_ms=None if record.memory_ms is None else round(record.memory_ms, 4),
-            links=record.links,
-        )
+        ended = utc_now()
         total_ms = record.total_ms if record.total_ms is not None else (time.perf_counter() - t0) * 1000
-        event.total_ms = round(total_ms, 4)
-        event.overhead_ms = round(total_ms - (backend_ms or 0.0) - (record.memory_ms or 0.0), 4)
+        # Every field is already of its type: construct without validating (hot path).
+        event = TraceEvent.built(
+            {
+                "id": record.id,
+                "started_at": started,
+                "ended_at": ended,
+                "front_door": front_door,
+                "backend": backend,
+                "tool": tool,
+                # The serving code may refine it once it knows (a write that replaced: update).
+                "op": record.op,
+                "context": record.context or fallback_context(),
+                "arguments": arguments,
+                "result": value,
+                "effects": effects,
+                "backend_ms": backend_ms,
+                "overhead_ms": round(total_ms - (backend_ms or 0.0) - (record.memory_ms or 0.0), 4),
+                "status": "ok" if error is None else "error",
+                "error": error,
+                "gate": record.gate,
+                "total_ms": round(total_ms, 4),
+                "parent_id": record.parent_id,
+                "model": record.model,
+                "provider": record.provider,
+                "input_tokens": record.input_tokens,
+                "output_tokens": record.output_tokens,
+                "ttft_ms": None if record.ttft_ms is None else round(record.ttft_ms, 4),
+                "memory_ms": None if record.memory_ms is None else round(record.memory_ms, 4),
+                "links": record.links,
+            }
+        )
         # The content policy and secret redaction, before the span or the trace sees the event.
         span_query[0] = recorder.privacy.apply(event, record.query)
         return event

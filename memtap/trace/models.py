@@ -174,6 +174,27 @@ class TraceEvent(BaseModel):
     memory_ms: float | None = None
     links: list[str] = Field(default_factory=list)
 
+    @classmethod
+    def built(cls, values: dict[str, Any]) -> TraceEvent:
+        """An event holding ``values`` (every field, each already of its type; the dict becomes
+        the event's own when its keys are in the fields' order), without validation.
+
+        What ``model_construct(**values)`` gives when every field is passed (the same fields, in
+        the same order, all counted as set), in a fifth of its time: it walks no field defaults.
+        """
+        if tuple(values) != _EVENT_FIELDS:  # not every field, or not in their order
+            values = {name: values[name] for name in _EVENT_FIELDS}
+        event = cls.__new__(cls)
+        object.__setattr__(event, "__dict__", values)
+        object.__setattr__(event, "__pydantic_fields_set__", _EVENT_FIELD_SET.copy())
+        object.__setattr__(event, "__pydantic_extra__", None)
+        object.__setattr__(event, "__pydantic_private__", None)
+        return event
+
+
+_EVENT_FIELDS = tuple(TraceEvent.model_fields)
+_EVENT_FIELD_SET = set(_EVENT_FIELDS)
+
 
 class Provenance(BaseModel):
     """Where a memory came from: the event, run, session, turn and role that created it."""
