@@ -16,7 +16,7 @@ from memtap.findings.parallel import (
     namespace_counts,
 )
 from memtap.findings.reader import read_page
-from memtap.findings.storage import save_findings
+from memtap.findings.storage import PurgedMeanwhile, purge_mark, save_findings
 from memtap.trace.store import TraceStore
 
 __all__ = ["CheckResult", "check_trace", "gc_paused"]
@@ -59,6 +59,7 @@ def check_trace(
     ``PARALLEL_MIN_EVENTS`` events, else one. A trace that does not split is checked on one."""
     detectors = make_detectors(canaries, only)
     result = CheckResult()
+    mark = purge_mark(store.db)  # a purge while checking: the findings are not stored (save_findings)
     split, counts = _parallel_workers(
         store, run, workers, bool(canaries) and any(d.name == "canary_exposure" for d in detectors)
     )
@@ -82,7 +83,12 @@ def check_trace(
     if since is not None:
         result.findings = _started_since(store, result.findings, since)
     if save and result.findings:
-        result.stored = len(save_findings(store.db, result.findings, columns))
+        try:
+            result.stored = len(save_findings(store.db, result.findings, columns, read_at_purge=mark))
+        except PurgedMeanwhile:
+            raise PurgedMeanwhile(
+                "a purge ran while the trace was being checked: no finding was stored; run the check again"
+            ) from None
     return result
 
 

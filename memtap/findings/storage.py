@@ -18,7 +18,7 @@ from memtap.ids import new_id
 from memtap.trace.models import utc_now
 from memtap.trace.store import immediate_transaction
 
-__all__ = ["get_finding", "list_findings", "save_findings"]
+__all__ = ["PurgedMeanwhile", "get_finding", "list_findings", "purge_mark", "save_findings"]
 
 _INSERT = (
     "INSERT OR IGNORE INTO findings (kind, severity, severity_rank, summary, event_id, namespace, run_id,"
@@ -27,13 +27,32 @@ _INSERT = (
 )
 
 
+class PurgedMeanwhile(StoreError):
+    """``memtap purge`` ran after the findings' events were read: they may quote what it removed,
+    so they are not stored (the caller works them out again from the purged trace)."""
+
+
+def purge_mark(db: Database) -> int:
+    """Where the database's purge receipts end (their highest id; 0 for none): a purge since a
+    reader took the mark moves it."""
+    row = db.conn.execute("SELECT max(id) FROM purge_receipts").fetchone()
+    return int(row[0] or 0)
+
+
 def save_findings(
-    db: Database, findings: Sequence[Finding], columns: Sequence[Columns] | None = None
+    db: Database,
+    findings: Sequence[Finding],
+    columns: Sequence[Columns] | None = None,
+    *,
+    read_at_purge: int | None = None,
 ) -> list[Finding]:
     """Insert findings not stored yet (the same finding found again is kept once); returns the new ones,
     with their ``id`` and ``created_at`` filled (every finding gets them, stored or not).
 
-    ``columns``: each finding's ``finding_columns``, when they were worked out already."""
+    ``columns``: each finding's ``finding_columns``, when they were worked out already.
+    ``read_at_purge``: the ``purge_mark`` taken before their events were read; when a purge has
+    moved it since, nothing is stored and :class:`PurgedMeanwhile` is raised (checked inside the
+    write transaction, so a purge cannot come between the check and the insert)."""
     if not findings:
         return []
     if columns is None:
@@ -42,6 +61,8 @@ def save_findings(
     rows: list[Columns] = []
     try:
         with _big_cache(db, len(findings)), immediate_transaction(db):
+            if read_at_purge is not None and purge_mark(db) != read_at_purge:
+                raise PurgedMeanwhile("a purge ran after the events these findings come from were read")
             taken = _stored_keys(db, [cols[_KEY] for cols in columns])
             for finding, cols in zip(findings, columns, strict=True):
                 finding.id = finding.id or new_id()

@@ -73,15 +73,42 @@ def _serve(setup: dict[str, Any], db: str, pokes: _Pokes, out: IO[str]) -> None:
     from memtap.findings.engine import Engine, make_detectors
     from memtap.findings.model import Finding
     from memtap.findings.reader import read_page
-    from memtap.findings.storage import save_findings
+    from memtap.findings.storage import PurgedMeanwhile, purge_mark, save_findings
     from memtap.trace.store import TraceStore
 
-    canaries = [
-        Canary(value, set(owners), bool(configured)) for value, owners, configured in setup["canaries"]
-    ]
-    engine = Engine(make_detectors(canaries))
+    def fresh_engine() -> Engine:
+        canaries = [
+            Canary(value, set(owners), bool(configured)) for value, owners, configured in setup["canaries"]
+        ]
+        return Engine(make_detectors(canaries))
+
+    def rebuilt() -> tuple[Engine, list[Finding], int | str | None]:
+        """After a purge: the state worked out again from the purged trace (so no rule quotes
+        what it removed), and the findings of the events whose findings are not stored yet."""
+        gc.unfreeze()  # the old state goes
+        engine = fresh_engine()
+        (stored_events,) = store.db.conn.execute(
+            "SELECT count(*) FROM events WHERE rowid > ? AND rowid <= ?", (start, saved_after)
+        ).fetchone()
+        pending: list[Finding] = []
+        position: int | str | None = start
+        while True:
+            limit = min(_PAGE, stored_events) if stored_events > 0 else _PAGE
+            events, position = read_page(store.db.conn, after=position, limit=limit, by_rowid=True, lean=True)
+            if not events:
+                return engine, pending, position
+            found = engine.feed(events)
+            if stored_events > 0:
+                stored_events -= len(events)  # their findings are stored (and purged with the rest)
+            else:
+                pending.extend(found)
+
+    engine = fresh_engine()
     store = TraceStore(db)
-    after: str | int | None = int(setup["after"])
+    start = int(setup["after"])
+    after: str | int | None = start
+    saved_after: str | int | None = start  # the findings of the events up to here are stored
+    mark = purge_mark(store.db)  # the state holds nothing a purge after this mark removed
     stored = 0
     pending: list[Finding] = []
     errors: list[str] = []
@@ -92,6 +119,10 @@ def _serve(setup: dict[str, Any], db: str, pokes: _Pokes, out: IO[str]) -> None:
                 continue
             seq = int(line)
             try:
+                now = purge_mark(store.db)
+                if now != mark:  # the state may hold what a purge removed: worked out again
+                    mark = now
+                    engine, pending, after = rebuilt()
                 while True:
                     events, after = read_page(
                         store.db.conn, after=after, limit=_PAGE, by_rowid=True, lean=True
@@ -106,10 +137,19 @@ def _serve(setup: dict[str, Any], db: str, pokes: _Pokes, out: IO[str]) -> None:
                 continue  # stored and answered with the commits already announced
             fresh: list[dict[str, Any]] = []
             try:
-                saved = save_findings(store.db, pending) if pending else []
+                for _ in range(3):  # a purge between reading and storing: worked out again
+                    try:
+                        saved = save_findings(store.db, pending, read_at_purge=mark) if pending else []
+                        break
+                    except PurgedMeanwhile:
+                        mark = purge_mark(store.db)
+                        engine, pending, after = rebuilt()
+                else:
+                    raise PurgedMeanwhile("purges kept coming while the findings were stored")
                 stored += len(saved)
                 fresh = [f.as_dict() for f in saved]
                 pending = []
+                saved_after = after
             except Exception as exc:  # kept: stored with the next poke's (saving twice keeps one)
                 log.exception("live findings: findings could not be stored")
                 errors.append(f"{type(exc).__name__}: {exc}")
