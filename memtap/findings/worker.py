@@ -119,10 +119,10 @@ def _serve(setup: dict[str, Any], db: str, pokes: _Pokes, out: IO[str]) -> None:
                 continue
             seq = int(line)
             try:
-                now = purge_mark(store.db)
+                now = purge_mark(store.db)  # taken first: a purge while rebuilding moves it again
                 if now != mark:  # the state may hold what a purge removed: worked out again
-                    mark = now
                     engine, pending, after = rebuilt()
+                    mark = now  # only once rebuilt: a rebuild that failed is tried on the next poke
                 while True:
                     events, after = read_page(
                         store.db.conn, after=after, limit=_PAGE, by_rowid=True, lean=True
@@ -142,8 +142,9 @@ def _serve(setup: dict[str, Any], db: str, pokes: _Pokes, out: IO[str]) -> None:
                         saved = save_findings(store.db, pending, read_at_purge=mark) if pending else []
                         break
                     except PurgedMeanwhile:
-                        mark = purge_mark(store.db)
+                        now = purge_mark(store.db)
                         engine, pending, after = rebuilt()
+                        mark = now
                 else:
                     raise PurgedMeanwhile("purges kept coming while the findings were stored")
                 stored += len(saved)
