@@ -99,9 +99,10 @@ def check_part(
     ``columns``: each finding's stored columns are worked out here too (beside the other parts,
     not after them in the parent).
 
-    ``keep``: the engine and every page read are appended to it rather than freed (a worker then
-    exits without freeing the millions of objects of its state and its events one by one:
-    ``part_worker``)."""
+    ``keep``: the engine is appended to it rather than freed on return (a worker then exits
+    without freeing the millions of objects of its state one by one: ``part_worker``). Pages are
+    freed as they go: kept, they cost more than freeing them (a 1,000,000-event part: 67.9 s of
+    CPU against 60.1 s, its memory 3.4 GB against 1.8 GB; freed pages' memory is reused)."""
     result = PartResult()
     mine = set(namespaces)
     conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)  # read only
@@ -124,8 +125,6 @@ def check_part(
                 if result.foreign is not None:
                     break
                 found.extend(engine.feed_seen(events))
-                if keep is not None:
-                    keep.append(events)  # not freed page by page either (3% of a part's CPU)
                 result.events += len(events)
     finally:
         conn.close()
