@@ -150,13 +150,13 @@ class CrossNamespace:
                 },
             )
             return
-        items, backend, here = state.items, event.backend, ctx.namespace
+        items, backend = state.items, event.backend
         for eff in event.effects:
             if eff.kind != _RETRIEVE:
                 continue
             item = items.get((backend, eff.item_id))
-            owner_ns = item.namespace if item is not None else (eff.namespace or here)  # effect_namespace
-            if owner_ns != here:
+            owner_ns = item.namespace if item is not None else effect_namespace(event, eff)
+            if owner_ns != ctx.namespace:
                 yield finding_for(
                     self,
                     event,
