@@ -27,13 +27,20 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
+from typing import Any
 
 from memtap.errors import StoreError
 from memtap.findings.model import EventView, LeanEffect, LeanEvent
-from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
+from memtap.trace.models import (
+    AccessTags,
+    Context,
+    EffectKind,
+    MemoryEffect,
+    Op,
+    Role,
+    TraceEvent,
+    built_model,
+)
 
 __all__ = ["read_page", "tail_start"]
 # The columns the detectors read (``lean``), in the order ``_lean_event`` and ``_read_lean_effects``
@@ -52,8 +59,6 @@ _LEAN_EFFECT_OF_SQL = (
     _LEAN_EFFECT_COLUMNS + " WHERE event_id IN (SELECT value FROM json_each(?)) ORDER BY event_id, seq"
 )
 _REMOVING = frozenset({EffectKind.DELETE.value, EffectKind.UPDATE.value})
-
-_M = TypeVar("_M", bound=BaseModel)
 
 
 _EVENT_FIELDS = (
@@ -119,16 +124,6 @@ def _json(text: str) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
-def _built(cls: type[_M], values: dict[str, Any], fields_set: frozenset[str]) -> _M:
-    """A model instance holding ``values`` (every field), without validation."""
-    model = cls.__new__(cls)
-    object.__setattr__(model, "__dict__", values)
-    object.__setattr__(model, "__pydantic_fields_set__", set(fields_set))
-    object.__setattr__(model, "__pydantic_extra__", None)
-    object.__setattr__(model, "__pydantic_private__", None)
-    return model
-
-
 @lru_cache(maxsize=4096)
 def _context(text: str) -> Context:
     """One context per distinct JSON text (shared: nothing downstream changes it)."""
@@ -143,7 +138,7 @@ def _context(text: str) -> Context:
     values.update(data)
     if role is not None:
         values["role"] = _ROLES[role]
-    return _built(Context, values, frozenset(data))
+    return built_model(Context, values, frozenset(data))
 
 
 @lru_cache(maxsize=4096)
@@ -157,7 +152,7 @@ def _load(text: str | None) -> Any:
 
 def _effect(row: tuple[Any, ...]) -> MemoryEffect:
     (kind, item_id, namespace, before, after, tags_before, tags_after, rank, score, derived, rec, evid) = row
-    return _built(
+    return built_model(
         MemoryEffect,
         {
             "kind": _KINDS[kind],
@@ -187,7 +182,7 @@ def _event(row: tuple[Any, ...], effects: list[MemoryEffect]) -> TraceEvent:
     values["result"] = _load(values["result"])
     values["links"] = _load(values["links"]) or []
     values["effects"] = effects
-    return _built(TraceEvent, values, _TRACE_EVENT_SET)
+    return built_model(TraceEvent, values, _TRACE_EVENT_SET)
 
 
 def _read_lean_effects(

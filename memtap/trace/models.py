@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -20,12 +21,27 @@ __all__ = [
     "Role",
     "TraceEvent",
     "Visibility",
+    "built_model",
     "utc_now",
 ]
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def built_model(cls: type[_M], values: dict[str, Any], fields_set: Set[str]) -> _M:
+    """A ``cls`` instance holding ``values`` (every field, each already of its type, in the fields'
+    order: the dict becomes the model's own), without validation; ``fields_set``: the fields
+    counted as set. What ``model_construct`` gives, without walking the field defaults."""
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__dict__", values)
+    object.__setattr__(model, "__pydantic_fields_set__", set(fields_set))
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model
 
 
 class Op(StrEnum):
@@ -184,16 +200,11 @@ class TraceEvent(BaseModel):
         """
         if tuple(values) != _EVENT_FIELDS:  # not every field, or not in their order
             values = {name: values[name] for name in _EVENT_FIELDS}
-        event = cls.__new__(cls)
-        object.__setattr__(event, "__dict__", values)
-        object.__setattr__(event, "__pydantic_fields_set__", _EVENT_FIELD_SET.copy())
-        object.__setattr__(event, "__pydantic_extra__", None)
-        object.__setattr__(event, "__pydantic_private__", None)
-        return event
+        return built_model(cls, values, _EVENT_FIELD_SET)
 
 
 _EVENT_FIELDS = tuple(TraceEvent.model_fields)
-_EVENT_FIELD_SET = set(_EVENT_FIELDS)
+_EVENT_FIELD_SET = frozenset(_EVENT_FIELDS)
 
 
 class Provenance(BaseModel):
