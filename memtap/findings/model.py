@@ -158,93 +158,41 @@ class EventView(Protocol):
     def links(self) -> list[str]: ...
 
 
+@dataclass(slots=True, eq=False)
 class LeanEffect:
     """An effect as the rules read it (``EffectView``), for the reader's ``lean`` mode
     (``reader.py``): a slotted object made with its values as read (a model with its dict,
     fields-set and private slots cost three times as much to make and to free, for millions of
     effects)."""
 
-    __slots__ = (
-        "content_after",
-        "content_before",
-        "derived_from",
-        "item_id",
-        "kind",
-        "namespace",
-        "tags_after",
-    )
-
-    def __init__(
-        self,
-        kind: EffectKind,
-        item_id: str,
-        namespace: str | None,
-        content_before: str | None,
-        content_after: str | None,
-        tags_after: AccessTags | None,
-        derived_from: list[str],
-    ) -> None:
-        self.kind = kind
-        self.item_id = item_id
-        self.namespace = namespace
-        self.content_before = content_before
-        self.content_after = content_after
-        self.tags_after = tags_after
-        self.derived_from = derived_from
+    kind: EffectKind
+    item_id: str
+    namespace: str | None
+    content_before: str | None
+    content_after: str | None
+    tags_after: AccessTags | None
+    derived_from: list[str]
 
 
+@dataclass(slots=True, eq=False)
 class LeanEvent:
     """An event as the rules read it (``EventView``; ``started_at`` too), for ``lean``
     reading: slotted, made with its values as read."""
 
-    __slots__ = (
-        "arguments",
-        "backend",
-        "context",
-        "effects",
-        "error",
-        "gate",
-        "id",
-        "links",
-        "op",
-        "parent_id",
-        "result",
-        "started_at",
-        "status",
-        "tool",
-    )
-
-    def __init__(
-        self,
-        id: str,
-        started_at: datetime,
-        backend: str,
-        tool: str,
-        op: Op,
-        context: Context,
-        arguments: dict[str, Any],
-        result: Any,
-        effects: list[LeanEffect],
-        status: str,
-        error: str | None,
-        gate: str | None,
-        parent_id: str | None,
-        links: list[str],
-    ) -> None:
-        self.id = id
-        self.started_at = started_at
-        self.backend = backend
-        self.tool = tool
-        self.op = op
-        self.context = context
-        self.arguments = arguments
-        self.result = result
-        self.effects = effects
-        self.status = status
-        self.error = error
-        self.gate = gate
-        self.parent_id = parent_id
-        self.links = links
+    id: str
+    started_at: datetime
+    backend: str
+    tool: str
+    op: Op
+    context: Context
+    arguments: dict[str, Any]
+    result: Any
+    effects: list[LeanEffect]
+    status: str
+    error: str | None
+    gate: str | None
+    parent_id: str | None
+    links: list[str]
 
 
 class Detector(Protocol):
