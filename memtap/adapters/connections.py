@@ -31,7 +31,7 @@ from memtap import __version__
 from memtap.errors import UpstreamError, UpstreamProtocolError, UpstreamRPCError, UpstreamTimeout
 from memtap.errors import UpstreamUnavailable as Unavailable
 
-__all__ = ["Connection", "ServerHello", "open_stdio"]
+__all__ = ["Connection", "LateAnswer", "ServerHello", "open_stdio"]
 
 log = logging.getLogger("memtap.upstream")
 
@@ -53,6 +53,26 @@ class ServerHello:
         self.instructions: str | None = result.get("instructions")
 
 
+_LATE_LIMIT = 1024  # timed-out requests watched for a late answer, per connection
+
+
+class LateAnswer:
+    """Whether a request memtap gave up on was answered after all (the server finished it).
+
+    Handed to :meth:`Connection.request` by a caller that must know when a timed-out write has
+    stopped changing the server (reconciliation). A connection that can watch for the late answer
+    sets ``watched`` when the request times out (and then does not send ``notifications/cancelled``:
+    the reference server's handler carries a cancelled write out all the same, and the SDK then
+    suppresses its answer, the one sign that it has ended); ``arrived`` is set when the answer comes.
+    """
+
+    __slots__ = ("arrived", "watched")
+
+    def __init__(self) -> None:
+        self.watched = False
+        self.arrived = False
+
+
 class Connection(Protocol):
     hello: ServerHello
     pid: int | None
@@ -61,7 +81,7 @@ class Connection(Protocol):
     def describe_exit(self) -> str: ...
 
     async def request(
-        self, method: str, params: dict[str, Any] | None, *, timeout: float
+        self, method: str, params: dict[str, Any] | None, *, timeout: float, late: LateAnswer | None = None
     ) -> dict[str, Any]: ...
 
 
@@ -84,6 +104,7 @@ class StdioConnection:
         self.hello = ServerHello({})
         self.on_notification: Callable[[str, Any], None] | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._late: dict[int, LateAnswer] = {}  # timed-out requests whose answer may still come
         self._next_id = 0
         self._stderr: deque[str] = deque(maxlen=20)
         self._malformed = 0
@@ -122,6 +143,10 @@ class StdioConnection:
             return
         future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
         if future is None or future.done():
+            if self._late:
+                late = self._late.pop(message.get("id"), None)  # type: ignore[arg-type]
+                if late is not None:
+                    late.arrived = True
             return
         error = message.get("error")
         if isinstance(error, dict):
@@ -217,7 +242,11 @@ class StdioConnection:
         for request_id in request_ids:
             await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
 
-    async def request(self, method: str, params: dict[str, Any] | None, *, timeout: float) -> dict[str, Any]:
+    async def request(
+        self, method: str, params: dict[str, Any] | None, *, timeout: float, late: LateAnswer | None = None
+    ) -> dict[str, Any]:
+        """One request's result within ``timeout``. With ``late``, a request that times out is not
+        cancelled but watched: its answer, when it comes, sets ``late.arrived``."""
         if self.closed.is_set():
             raise Unavailable(self.describe_exit(), upstream=self.name)
         self._next_id += 1
@@ -236,7 +265,13 @@ class StdioConnection:
         except (ConnectionError, RuntimeError, Unavailable):
             raise await self._broken() from None
         except TimeoutError:
-            await self._cancel([request_id], timeout)
+            if late is None:
+                await self._cancel([request_id], timeout)
+            else:
+                late.watched = True
+                self._late[request_id] = late
+                if len(self._late) > _LATE_LIMIT:  # the oldest is given up on (it stays unsettled)
+                    del self._late[next(iter(self._late))]
             raise UpstreamTimeout(
                 f"upstream {self.name!r} did not answer {method} within {timeout:g} s", upstream=self.name
             ) from None

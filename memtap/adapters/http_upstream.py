@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from memtap import __version__
-from memtap.adapters.connections import ServerHello
+from memtap.adapters.connections import LateAnswer, ServerHello
 from memtap.errors import UpstreamProtocolError, UpstreamRPCError, UpstreamTimeout
 from memtap.errors import UpstreamUnavailable as Unavailable
 
@@ -56,7 +56,11 @@ class HttpConnection:
             f": {self._last_error}" if self._last_error else ""
         )
 
-    async def request(self, method: str, params: dict[str, Any] | None, *, timeout: float) -> dict[str, Any]:
+    async def request(
+        self, method: str, params: dict[str, Any] | None, *, timeout: float, late: LateAnswer | None = None
+    ) -> dict[str, Any]:
+        """One request's result within ``timeout``. The SDK session forgets a timed-out request, so
+        ``late`` is never watched here: a reconciler falls back on a later write's answer."""
         from mcp.shared.exceptions import MCPError
         from pydantic import ValidationError
 

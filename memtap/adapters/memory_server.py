@@ -42,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from memtap.adapters.connections import LateAnswer
 from memtap.adapters.graph_state import FileState, Graph, Relation, graph_from_result, memory_file_for
 from memtap.adapters.reconcile import Reconciler
 from memtap.adapters.tap_call import Answered, forward_read, forward_write
@@ -236,6 +237,7 @@ class GraphTap:
         # A write this profile does not know (a newer server's tool) is diffed over the whole graph.
         names = frozenset(named_entities(tool, arguments)) if tool in MUTATING_TOOLS else None
         seq = 0
+        late = LateAnswer()  # a timed-out write is settled by its late answer (reconcile.py)
 
         async def read_before() -> Graph:
             nonlocal seq
@@ -253,7 +255,7 @@ class GraphTap:
         async def failed(before: Graph, exc: UpstreamError) -> None:
             if self.file is not None:
                 self.file.forget()  # a timed-out write may still land: read fresh next time
-            await self.reconciler.failed(tool, names, before, context, record, exc)
+            await self.reconciler.failed(tool, names, before, context, record, exc, late)
 
         def unread() -> None:
             if self.file is not None:
@@ -262,7 +264,7 @@ class GraphTap:
 
         result, before, after = await forward_write(
             upstream, tool, arguments, meta, record, answered,
-            read_before=read_before, read_after=read_after, failed=failed, unread=unread,
+            read_before=read_before, read_after=read_after, failed=failed, unread=unread, late=late,
         )  # fmt: skip
         if after is None:
             return result, [], None

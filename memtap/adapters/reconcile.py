@@ -13,9 +13,19 @@ stopped) server and is carried out when it resumes. So every failed write stays
 *unsettled*: before each later write to the same upstream (under its write lock, so no
 other write is in flight), memtap reads the unsettled entities again and records what
 changed since as a ``control`` event ``upstream/reconcile`` with reconciled effects. An
-unsettled write is settled (read one last time, then forgotten) once the process it was
-sent to has ended (a crash or restart: nothing more can land), or once that process has
-answered a later write (the reference server handles its requests in order).
+unsettled write is settled (read one last time, then forgotten) once nothing more of it
+can land: the process it was sent to has ended (a crash or restart), or that process has
+answered it after all. A timed-out write is therefore not cancelled but watched for its
+late answer (:class:`~memtap.adapters.connections.LateAnswer`): the reference server
+carries a cancelled request out anyway and only suppresses its answer. A later write's
+answer proves nothing: the server runs its handlers concurrently, so a write queued while
+it hung may save after a later one has been answered. Over HTTP, where a late answer
+cannot be seen, a later write's answer is all there is to go on.
+
+A late write saves the whole graph *as it loaded it*, so it can undo writes that ended
+while it was in flight (the server's own lost update). Each write that ends while an
+earlier failed one may still land widens that one's final read to its entities too: what
+the late save undid is recorded as well.
 
 Every reconciled effect carries its evidence: what was read (``file PATH`` or
 ``open_nodes``), when (``read_at``), why (the error), and the failed event's id.
@@ -33,10 +43,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from memtap.adapters.graph_state import Graph
+from memtap.errors import UpstreamTimeout
 from memtap.ids import new_id
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, TraceEvent, utc_now
 
 if TYPE_CHECKING:
+    from memtap.adapters.connections import LateAnswer
     from memtap.adapters.memory_server import GraphTap
     from memtap.trace.calls import CallRecord
 
@@ -89,18 +101,26 @@ def graph_effects(
     return effects
 
 
+def _merged(believed: Graph, names: frozenset[str], seen: Graph) -> Graph:
+    """``believed`` with the entities ``names`` (and the relations touching them) as in ``seen``."""
+    kept = {n: e for n, e in believed.entities.items() if n not in names}
+    relations = [r for r in believed.relations if r[0] not in names and r[2] not in names]
+    return Graph({**kept, **seen.entities}, relations + seen.relations)
+
+
 @dataclass
 class Unsettled:
     """A failed write whose outcome may still change: the state the trace now implies for it."""
 
     event_id: str | None
     tool: str
-    names: frozenset[str] | None
+    names: frozenset[str] | None  # what its reads cover: its own entities, widened (module docstring)
     believed: Graph
     context: Context
     why: str
     run: object  # the connection it was sent on
     answers: int  # successful writes on that connection when it failed
+    late: LateAnswer | None  # its answer, watched for after a timeout; None: the server answered it
 
 
 class Reconciler:
@@ -140,6 +160,31 @@ class Reconciler:
             log.warning("upstream %s: cannot read its state to reconcile: %s", tap.upstream.name, exc)
             return None
 
+    def _over(self, entry: Unsettled) -> bool:
+        """Whether nothing more of ``entry``'s write can land on the server."""
+        if self.tap.upstream.connection_ended(entry.run):
+            return True
+        late = entry.late
+        if late is None:  # answered with an error: its handler has ended
+            return True
+        if late.watched:
+            return late.arrived
+        return self.answers > entry.answers  # a late answer cannot be seen (HTTP): the next best sign
+
+    def _widen(self, names: frozenset[str] | None, belief: Graph) -> None:
+        """A write to ``names`` has ended, its state in the trace now ``belief``: every failed write
+        that may still land (and save the graph it loaded before this one) reads them too."""
+        for entry in self.unsettled:
+            if entry.names is None or self._over(entry):
+                continue
+            if names is None:
+                entry.names, entry.believed = None, belief
+                continue
+            new = names - entry.names
+            if new:
+                entry.names = entry.names | new
+                entry.believed = _merged(entry.believed, new, belief.touching(new))
+
     def _evidence(self, entry: Unsettled, how: str, *, final: bool) -> dict[str, Any]:
         return {
             "why": entry.why,
@@ -159,8 +204,10 @@ class Reconciler:
         context: Context,
         record: CallRecord | None,
         error: BaseException,
+        late: LateAnswer | None = None,
     ) -> None:
-        """After a failed write: reconcile what is visible now onto its event; keep it unsettled."""
+        """After a failed write: reconcile what is visible now onto its event; keep it unsettled.
+        ``late``: the write's answer, watched for when it timed out."""
         entry = Unsettled(
             event_id=record.id if record is not None else None,
             tool=tool,
@@ -170,15 +217,19 @@ class Reconciler:
             why=f"{type(error).__name__}: {error}",
             run=self._run(),
             answers=self.answers,
+            late=late if isinstance(error, UpstreamTimeout) else None,
         )
+        believed = before
         if record is not None:
             read = await self._state_now(names, ask=False)
             if read is not None:
                 graph, how = read
                 evidence = self._evidence(entry, how, final=False)
                 record.effects = graph_effects(before, graph, context.namespace, evidence)
-                entry.believed = graph
-                self.observed(names, graph)
+                entry.believed = believed = graph
+        if self.unsettled:
+            self._widen(names, believed)
+            self.observed(names, believed)
         self.unsettled.append(entry)
         while len(self.unsettled) > UNSETTLED_LIMIT:
             self.unsettled.pop(0)
@@ -187,6 +238,7 @@ class Reconciler:
         """A write was answered, and ``after`` (when read) is now in the trace for ``names``."""
         self.answers += 1
         if after is not None and self.unsettled:
+            self._widen(names, after)
             self.observed(names, after)
 
     def observed(self, names: frozenset[str] | None, seen: Graph) -> None:
@@ -198,20 +250,14 @@ class Reconciler:
             else:
                 if entry.names is not None and not (entry.names & names):
                     continue
-                kept = {n: e for n, e in entry.believed.entities.items() if n not in names}
-                merged = Graph(
-                    {**kept, **seen.entities},
-                    [r for r in entry.believed.relations if r[0] not in names and r[2] not in names]
-                    + seen.relations,
-                )
+                merged = _merged(entry.believed, names, seen)
             entry.believed = merged.touching(entry.names) if entry.names is not None else merged
 
     async def settle(self) -> None:
         """Read every unsettled write's entities again; record what changed (under the write lock)."""
-        upstream = self.tap.upstream
         still: list[Unsettled] = []
         for entry in self.unsettled:
-            final = upstream.connection_ended(entry.run) or self.answers > entry.answers
+            final = self._over(entry)  # before the read: whatever it saved by now is read
             read = await self._state_now(entry.names, ask=True)
             if read is None:
                 still.append(entry)

@@ -22,6 +22,7 @@ import anyio
 from memtap.errors import UpstreamError, UpstreamTimeout
 
 if TYPE_CHECKING:
+    from memtap.adapters.connections import LateAnswer
     from memtap.adapters.upstream import Upstream
     from memtap.trace.calls import CallRecord
 
@@ -82,9 +83,11 @@ async def forward_write(
     read_after: Callable[[], Awaitable[State]],
     failed: Callable[[State, UpstreamError], Awaitable[None]],
     unread: Callable[[], None] = _nothing,
+    late: LateAnswer | None = None,
 ) -> tuple[dict[str, Any], State, State | None]:
     """Forward a write under the upstream's write lock: the result, the state before, and the
-    state after (None when it could not be read: logged, ``unread`` called, no effects)."""
+    state after (None when it could not be read: logged, ``unread`` called, no effects).
+    ``late``: watch for the write's answer if it times out (reconciliation)."""
     start = record.start_backend if record is not None else _nothing
     end = record.end_backend if record is not None else _nothing
     deadline = time.monotonic() + upstream.timeout
@@ -99,7 +102,7 @@ async def forward_write(
         start()
         try:
             result = await upstream.call_tool(
-                tool, arguments, meta, timeout=max(0.001, deadline - time.monotonic())
+                tool, arguments, meta, timeout=max(0.001, deadline - time.monotonic()), late=late
             )
         except UpstreamError as exc:
             end()

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from memtap.adapters.connections import Connection, open_stdio
+from memtap.adapters.connections import Connection, LateAnswer, open_stdio
 from memtap.adapters.http_upstream import open_http
 from memtap.adapters.profiles import (
     Classification,
@@ -348,16 +348,22 @@ class Upstream:
                 )
 
     async def request(
-        self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        late: LateAnswer | None = None,
     ) -> dict[str, Any]:
-        """One JSON-RPC request within ``timeout`` (default: the upstream's), a wait for a start included."""
+        """One JSON-RPC request within ``timeout`` (default: the upstream's), a wait for a start
+        included; ``late``: watch for its answer if it times out (:class:`LateAnswer`)."""
         budget = self.timeout if timeout is None else timeout
         started = time.monotonic()
         conn = await self.connection(budget)
         run = self._run
         left = max(0.001, budget - (time.monotonic() - started))
         try:
-            return await conn.request(method, params, timeout=left)
+            return await conn.request(method, params, timeout=left, late=late)
         except UpstreamTimeout:
             raise UpstreamTimeout(
                 f"upstream {self.name!r} did not answer {method} within {self.timeout:g} s",
@@ -377,11 +383,12 @@ class Upstream:
         meta: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        late: LateAnswer | None = None,
     ) -> dict[str, Any]:
         params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
         if meta:
             params["_meta"] = meta
-        return await self.request("tools/call", params, timeout=timeout)
+        return await self.request("tools/call", params, timeout=timeout, late=late)
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """The upstream's tools (wire form), starting it if needed."""
