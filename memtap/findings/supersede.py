@@ -32,6 +32,7 @@ from memtap.findings.facts import asks_to_forget, is_correction, normalise, word
 from memtap.findings.model import Detector, EffectView, EventView, Finding, finding_for
 
 if TYPE_CHECKING:  # state.py caches each live item's clauses and openings with this module's functions
+    from memtap.findings.index import NamespaceIndex
     from memtap.findings.state import LiveItem, TraceState
 
 __all__ = [
@@ -233,11 +234,30 @@ def self_superseded(text: str) -> Superseded | None:
     return None
 
 
-def _may_supersede(mine: list[tuple[str, str, str]], words: frozenset[str]) -> bool:
-    """Whether an item holding ``words`` can have a clause that one of ``mine`` (a clause's first,
-    second and last words) gives another value: its clause would hold the first word and the
-    second or the last (``first_superseded``), and a clause's words are words of its text."""
-    return any(a in words and (b in words or z in words) for a, b, z in mine)
+_NONE: frozenset[tuple[str, str]] = frozenset()
+
+
+def _able(index: NamespaceIndex, ends: list[tuple[str, str, str]], heads: set[str]) -> set[tuple[str, str]]:
+    """The live items that can have a clause one of ``ends`` (a clause's first, second and last
+    words) gives another value: a clause that may open with one of ``heads`` (``opening_with``)
+    and holds the first word and the second or the last (``first_superseded``; a clause's words
+    are words of its text). Worked out with the word index's sets (each word's live items), not
+    item by item: set operations in C over a namespace's thousands of live items."""
+    by_word, by_opening = index.by_word, index.by_opening
+    able: set[tuple[str, str]] = set()
+    for a, b, z in ends:
+        first = by_word.get(a)
+        if first:
+            able |= first & by_word.get(b, _NONE)
+            able |= first & by_word.get(z, _NONE)
+    if not able:
+        return able
+    found: set[tuple[str, str]] = set()
+    for head in heads:
+        bucket = by_opening.get(head)
+        if bucket:
+            found |= able & bucket
+    return found
 
 
 def _made_live(item: LiveItem) -> int:
@@ -268,18 +288,11 @@ def superseded_findings(
     live = state.live[namespace]
     # The items whose clauses (not worked out) can share the words a superseded one does, in the
     # order they became live (filtered first, then sorted: a namespace holds thousands).
-    single = ends[0] if len(ends) == 1 else None
     others = []
-    for key in index.opening_with({clause[0] for clause in mine}):
+    for key in _able(index, ends, {clause[0] for clause in mine}):
         if key in skip:
             continue
         item = live[key]
-        held = item.words
-        if single is not None:
-            if single[0] not in held or (single[1] not in held and single[2] not in held):
-                continue
-        elif not _may_supersede(ends, held):
-            continue
         if item.item_id not in flagged:
             others.append(item)
     others.sort(key=_made_live)
