@@ -244,20 +244,22 @@ def _able(index: NamespaceIndex, ends: list[tuple[str, str, str]], heads: set[st
     are words of its text). Worked out with the word index's sets (each word's live items), not
     item by item: set operations in C over a namespace's thousands of live items."""
     by_word, by_opening = index.by_word, index.by_opening
-    able: set[tuple[str, str]] = set()
-    for a, b, z in ends:
-        first = by_word.get(a)
-        if first:
-            able |= first & by_word.get(b, _NONE)
-            able |= first & by_word.get(z, _NONE)
-    if not able:
-        return able
-    found: set[tuple[str, str]] = set()
+    found: set[tuple[str, str]] = set()  # ``opening_with(heads)``: mostly a few of the live items
     for head in heads:
         bucket = by_opening.get(head)
         if bucket:
-            found |= able & bucket
-    return found
+            found |= bucket
+    able: set[tuple[str, str]] = set()
+    if not found:
+        return able
+    for a, b, z in ends:
+        first = by_word.get(a)
+        if first:
+            held = found & first  # each ``&`` walks the smaller set: ``found``, then fewer
+            if held:
+                able |= held & by_word.get(b, _NONE)
+                able |= held & by_word.get(z, _NONE)
+    return able
 
 
 def _made_live(item: LiveItem) -> int:
