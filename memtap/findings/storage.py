@@ -14,7 +14,7 @@ from memtap.errors import StoreError
 from memtap.findings.model import Finding, Severity
 from memtap.findings.rows import KEY as _KEY
 from memtap.findings.rows import Columns, finding_columns
-from memtap.ids import new_id
+from memtap.ids import new_ids
 from memtap.trace.models import utc_now
 from memtap.trace.store import immediate_transaction
 
@@ -64,8 +64,9 @@ def save_findings(
             if read_at_purge is not None and purge_mark(db) != read_at_purge:
                 raise PurgedMeanwhile("a purge ran after the events these findings come from were read")
             taken = _stored_keys(db, [cols[_KEY] for cols in columns])
+            ids = iter(new_ids(sum(1 for finding in findings if not finding.id)))
             for finding, cols in zip(findings, columns, strict=True):
-                finding.id = finding.id or new_id()
+                finding.id = finding.id or next(ids)
                 finding.created_at = finding.created_at or utc_now().isoformat()
                 if cols[_KEY] in taken:
                     continue  # stored already, or earlier in this batch
