@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from memtap.adapters.graph_state import Graph
-from memtap.errors import UpstreamTimeout
+from memtap.errors import UpstreamProtocolError, UpstreamRPCError
 from memtap.ids import new_id
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, TraceEvent, utc_now
 
@@ -120,7 +120,8 @@ class Unsettled:
     why: str
     run: object  # the connection it was sent on
     answers: int  # successful writes on that connection when it failed
-    late: LateAnswer | None  # its answer, watched for after a timeout; None: the server answered it
+    answered: bool  # the server answered it (with an error): its handler has ended
+    late: LateAnswer | None  # its answer, watched for after a timeout (None: the tap does not watch)
 
 
 class Reconciler:
@@ -164,10 +165,10 @@ class Reconciler:
         """Whether nothing more of ``entry``'s write can land on the server."""
         if self.tap.upstream.connection_ended(entry.run):
             return True
-        late = entry.late
-        if late is None:  # answered with an error: its handler has ended
+        if entry.answered:
             return True
-        if late.watched:
+        late = entry.late
+        if late is not None and late.watched:
             return late.arrived
         return self.answers > entry.answers  # a late answer cannot be seen (HTTP): the next best sign
 
@@ -217,7 +218,8 @@ class Reconciler:
             why=f"{type(error).__name__}: {error}",
             run=self._run(),
             answers=self.answers,
-            late=late if isinstance(error, UpstreamTimeout) else None,
+            answered=isinstance(error, (UpstreamRPCError, UpstreamProtocolError)),
+            late=late,
         )
         believed = before
         if record is not None:
