@@ -174,9 +174,10 @@ class Reconciler:
 
     def _widen(self, names: frozenset[str] | None, belief: Graph) -> None:
         """A write to ``names`` has ended, its state in the trace now ``belief``: every failed write
-        that may still land (and save the graph it loaded before this one) reads them too."""
+        not settled yet (it may have saved the graph it loaded before this one, after ``belief`` was
+        read, even when its answer has come by now) reads them too, at least once more."""
         for entry in self.unsettled:
-            if entry.names is None or self._over(entry):
+            if entry.names is None:
                 continue
             if names is None:
                 entry.names, entry.believed = None, belief
