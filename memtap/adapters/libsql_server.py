@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from memtap.adapters.connections import LateAnswer
 from memtap.adapters.graph_state import Graph
 from memtap.adapters.memory_server import (
     _READS,
@@ -223,12 +224,15 @@ class LibsqlTap:
             self.reconciler.succeeded(names, after)
             return after
 
+        late = LateAnswer()  # a timed-out write is settled by its late answer (reconcile.py)
+
         async def failed(before: Graph, exc: UpstreamError) -> None:
-            await self.reconciler.failed(tool, names, before, context, record, exc)
+            await self.reconciler.failed(tool, names, before, context, record, exc, late)
 
         result, before, after = await forward_write(
             upstream, tool, arguments, meta, record, answered, read_before=read_before,
             read_after=read_after, failed=failed, unread=lambda: self.reconciler.succeeded(names, None),
+            late=late,
         )  # fmt: skip
         if after is None:
             return result, [], None

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from memtap.adapters.graph_state import Graph
-from memtap.errors import UpstreamTimeout
+from memtap.errors import UpstreamProtocolError, UpstreamRPCError
 from memtap.ids import new_id
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, TraceEvent, utc_now
 
@@ -120,7 +120,8 @@ class Unsettled:
     why: str
     run: object  # the connection it was sent on
     answers: int  # successful writes on that connection when it failed
-    late: LateAnswer | None  # its answer, watched for after a timeout; None: the server answered it
+    answered: bool  # the server answered it (with an error): its handler has ended
+    late: LateAnswer | None  # its answer, watched for after a timeout (None: the tap does not watch)
 
 
 class Reconciler:
@@ -164,18 +165,19 @@ class Reconciler:
         """Whether nothing more of ``entry``'s write can land on the server."""
         if self.tap.upstream.connection_ended(entry.run):
             return True
-        late = entry.late
-        if late is None:  # answered with an error: its handler has ended
+        if entry.answered:
             return True
-        if late.watched:
+        late = entry.late
+        if late is not None and late.watched:
             return late.arrived
         return self.answers > entry.answers  # a late answer cannot be seen (HTTP): the next best sign
 
     def _widen(self, names: frozenset[str] | None, belief: Graph) -> None:
         """A write to ``names`` has ended, its state in the trace now ``belief``: every failed write
-        that may still land (and save the graph it loaded before this one) reads them too."""
+        not settled yet (it may have saved the graph it loaded before this one, after ``belief`` was
+        read, even when its answer has come by now) reads them too, at least once more."""
         for entry in self.unsettled:
-            if entry.names is None or self._over(entry):
+            if entry.names is None:
                 continue
             if names is None:
                 entry.names, entry.believed = None, belief
@@ -217,7 +219,8 @@ class Reconciler:
             why=f"{type(error).__name__}: {error}",
             run=self._run(),
             answers=self.answers,
-            late=late if isinstance(error, UpstreamTimeout) else None,
+            answered=isinstance(error, (UpstreamRPCError, UpstreamProtocolError)),
+            late=late,
         )
         believed = before
         if record is not None:
