@@ -9,7 +9,9 @@ of direct's in the same round), non-streaming and 20-chunk streaming; and the CP
 memtap process spent per request (from ``/proc``: its event loop and its recorder thread),
 which a loaded machine disturbs much less than wall-clock figures. ``bare`` is the floor for
 a Python proxy on the same server stack (``bare_chat_proxy.py``: uvicorn and aiohttp,
-forwarding only); its share is shown too (``--no-bare`` leaves it out).
+forwarding only); its share is shown too (``--no-bare`` leaves it out). ``--obfuscation``: the
+upstream pads every streamed event with an ``obfuscation`` field of varying length, as OpenAI's
+own streams do (the summary's runs of alike events must see through it).
 
     .venv/bin/python benchmarks/chat_trees.py --tree before=/tmp/old-checkout [--rounds 4]
 """
@@ -40,10 +42,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 def start(
-    workdir: Path, trees: dict[str, Path], procs: list[subprocess.Popen[bytes]], *, bare: bool = True
+    workdir: Path,
+    trees: dict[str, Path],
+    procs: list[subprocess.Popen[bytes]],
+    *,
+    bare: bool = True,
+    obfuscation: bool = False,
 ) -> dict[str, Any]:
     up_port = free_port()
-    upstream = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), str(up_port)])
+    padding = ["--obfuscation"] if obfuscation else []
+    fake = [sys.executable, str(ROOT / "tests" / "fake_openai.py"), str(up_port), *padding]
+    upstream = subprocess.Popen(fake)
     procs.append(upstream)
     wait_for(f"http://127.0.0.1:{up_port}/healthz", upstream)
     base = f"http://127.0.0.1:{up_port}/v1"
@@ -127,12 +136,13 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=100, help="sequential calls per path per round")
     parser.add_argument("--concurrent", type=int, default=400, help="calls at 32 concurrent per round")
     parser.add_argument("--no-bare", action="store_true", help="leave out the bare uvicorn+aiohttp proxy")
+    parser.add_argument("--obfuscation", action="store_true", help="stream events padded as OpenAI pads them")
     args = parser.parse_args()
     trees = {"this": ROOT, **{t.split("=", 1)[0]: Path(t.split("=", 1)[1]) for t in args.tree}}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            targets = start(Path(tmp), trees, procs, bare=not args.no_bare)
+            targets = start(Path(tmp), trees, procs, bare=not args.no_bare, obfuscation=args.obfuscation)
             asyncio.run(measure(targets, args.rounds, args.sequential, args.concurrent))
     finally:
         for proc in procs:

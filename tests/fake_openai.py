@@ -8,6 +8,9 @@ side. What it answers is steered by the last user message:
 - ``[status N]``: answer HTTP N with an OpenAI error body;
 - ``[garbage]``: answer 500 with a body that is not JSON;
 - ``[die]``: stream three chunks, then drop the connection mid-event;
+- ``[obfuscate]`` (or every stream, with ``--obfuscation`` on the command line): end each streamed
+  JSON event with an ``obfuscation`` field of padding, of a length that varies from event to event,
+  as OpenAI's own streams do;
 - ``[split]``: stream each event in two writes, cut mid-JSON, a moment apart (so a reader gets
   events split across reads);
 - ``[endless]``: stream until the client goes away, then set ``cancelled``;
@@ -65,6 +68,7 @@ class FakeState:
     headers: list[dict[str, str]] = field(default_factory=list)
     cancelled: threading.Event = field(default_factory=threading.Event)
     record: bool = True
+    obfuscation: bool = False  # pad every streamed event (``[obfuscate]`` pads one stream's)
 
     def reset(self) -> None:
         self.received.clear()
@@ -213,6 +217,17 @@ def build_app(state: FakeState) -> web.Application:
             return web.Response(body=json.dumps(data, separators=(",", ":")), content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if state.obfuscation or "[obfuscate]" in text:
+            unpadded = response.write
+            padding = iter(range(1_000_000))
+
+            async def padded(data: bytes) -> None:
+                if data.startswith(b"data: {") and data.endswith(b"}\n\n"):
+                    pad = "xK7q2ZpW9"[: next(padding) % 9]
+                    data = data[:-3] + b',"obfuscation":"' + pad.encode() + b'"}\n\n'
+                await unpadded(data)
+
+            response.write = padded  # type: ignore[method-assign]
         if "[split]" in text:
             whole = response.write
 
@@ -322,7 +337,7 @@ class FakeUpstream:
 
 def main() -> None:
     """``python fake_openai.py PORT``: serve until killed (for the benchmark)."""
-    state = FakeState(record=False)
+    state = FakeState(record=False, obfuscation="--obfuscation" in sys.argv[2:])
     web.run_app(build_app(state), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 
 

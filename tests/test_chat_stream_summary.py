@@ -14,7 +14,13 @@ import openai
 import pytest
 from served import ServedMemtap, chats
 
-from memtap.proxy.sse import StreamSummary, complete_prefix, summarise_by_chunk, summarise_stream
+from memtap.proxy.sse import (
+    StreamSummary,
+    _without_padding,
+    complete_prefix,
+    summarise_by_chunk,
+    summarise_stream,
+)
 
 Serve = Callable[..., ServedMemtap]
 
@@ -298,6 +304,63 @@ RUNS = {
     "cut-mid-run": _long_stream([f"t{i}" for i in range(12)])[:-120],
     "suffix-in-text": _long_stream(["a", "b", '},"logprobs":null,"finish_reason":null}]}', "c", "d"]),
 }
+
+
+def _padded(stream: bytes, *, extra: dict[str, Any] | None = None, pad: bool = True) -> bytes:
+    """``stream`` as OpenAI sends it: with ``extra`` fields, and (``pad``) each event padded with an
+    ``obfuscation`` string of its own length (a one-line JSON object event only)."""
+    rng = random.Random(len(stream))
+    events = []
+    for event in stream.split(b"\n\n")[:-1]:
+        if event.startswith(b"data: {") and event.find(b"\n") < 0:
+            data = {**json.loads(event[6:]), **(extra or {})}
+            if pad:
+                data["obfuscation"] = "".join(rng.choice("AbZ09") for _ in range(rng.randrange(0, 12)))
+            events.append(_event(data))
+        else:
+            events.append(event + b"\n\n")
+    return b"".join(events) + stream[stream.rfind(b"\n\n") + 2 :]
+
+
+OPENAI_FIELDS = {"system_fingerprint": "fp_1", "service_tier": "default"}
+RUNS["obfuscation"] = _padded(RUNS["ascii"], extra=OPENAI_FIELDS)
+RUNS["obfuscation-with-usage"] = _padded(PLAIN, extra=OPENAI_FIELDS)
+RUNS["obfuscation-escapes"] = _padded(RUNS["escapes"])
+# Padding that is not the last member, not a plain string, not after a value, not followed by
+# the event's blank line, or inside a delta: left in, and read event by event.
+RUNS["obfuscation-lookalikes"] = (
+    RUNS["obfuscation"]
+    .replace(b'"word3 "}', b'"word3 ","obfuscation":"x"}')
+    .replace(b'"obfuscation":"', b'"obfuscation":"\\"', 2)
+    .replace(b'"word7 "},"logprobs":null', b'"word7 "},"logprobs":null,"obfuscation":"q","z":1')
+    + b'data: {,"obfuscation":"x"}\n\ndata: {\ndata: "a":1\ndata: ,"obfuscation":"x"}\n\n'
+    + (b'data: {"id":"c","choices":[],"obfuscation":"x"}\n')
+)
+
+
+def test_the_obfuscation_padding_is_taken_out_of_the_events_it_ends() -> None:
+    assert _without_padding(_padded(RUNS["ascii"])) == RUNS["ascii"]
+    unpadded = _padded(PLAIN, extra=OPENAI_FIELDS, pad=False)
+    assert _without_padding(_padded(PLAIN, extra=OPENAI_FIELDS)) == unpadded != PLAIN
+    # where the field is not the last member after a value, the bytes stay as they came
+    for kept in (
+        b'data: {,"obfuscation":"x"}\n\n',
+        b'data: {"a":[1 ,"obfuscation":"x"}\n\n',
+        b'data: {"a":1,"obfuscation":"x\\"y"}\n\n',
+        b'data: {"a":1,"obfuscation":"x","b":2}\n\n',
+        b'data: {"a":{"b":1,"obfuscation":"x"}}\n\n',
+        b'data: {"a":1,"obfuscation":"x"}\n',
+        b'data: {"a":1\ndata: ,"obfuscation":"x"}\n\n',
+    ):
+        assert _without_padding(kept) == kept
+
+
+def test_a_padded_openai_stream_is_recorded_as_the_same_stream_unpadded() -> None:
+    plain = summarise_stream([(0.0, PLAIN)]).result()
+    padded = summarise_stream([(0.0, _padded(PLAIN, extra=OPENAI_FIELDS))]).result()
+    assert padded == plain
+    long = summarise_stream([(0.0, RUNS["obfuscation"])]).result()
+    assert long == summarise_stream([(0.0, RUNS["ascii"])]).result()
 
 
 @pytest.mark.parametrize("stream", list(RUNS.values()), ids=list(RUNS))

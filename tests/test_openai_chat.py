@@ -83,6 +83,27 @@ def test_streamed_bytes_are_identical_to_the_upstreams_with_usage_in_the_final_c
         assert 0 < event.ttft_ms <= event.total_ms
 
 
+def test_a_stream_padded_as_openai_pads_it_is_forwarded_as_it_came_and_recorded_as_unpadded(
+    serve_memtap: Serve, upstream: Any
+) -> None:
+    memtap = serve_memtap()
+    plain = {
+        "model": "gpt-fake",
+        "messages": HELLO,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    padded = {**plain, "messages": [{"role": "user", "content": "Say hello [chunks 20] [obfuscate]"}]}
+    through = _raw_stream(memtap.base_url, padded)
+    assert through == _raw_stream(upstream.base_url, {**padded, "model": "fake-1"})
+    assert through.count(b',"obfuscation":"') == 23  # every JSON event: the role, 20 texts, finish, usage
+    _raw_stream(memtap.base_url, plain)
+    with_padding, without = memtap.events(chats(2))
+    assert with_padding.result == without.result
+    assert with_padding.result["stream"] == {"events": 23, "done": True}
+    assert (with_padding.input_tokens, with_padding.output_tokens) == (11, 20)
+
+
 @pytest.mark.anyio
 async def test_async_client_gets_tool_calls_streamed_and_whole(serve_memtap: Serve) -> None:
     memtap = serve_memtap()

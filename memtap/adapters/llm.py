@@ -23,7 +23,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -186,23 +186,74 @@ def _http_error(status: int, body: bytes) -> UpstreamError:
 
 
 class StreamBody:
-    """A streamed answer's chunks (iterate over it), and whether the upstream has finished it:
-    ``ended()`` is true once nothing more will come, so the caller may end its own answer with
-    the last chunk instead of after it; ``arrived(limit)`` once the whole body is in with at most
-    ``limit`` bytes of it not yet taken (so reading it on waits for nothing)."""
+    """A streamed answer's chunks (iterate over it: each as it arrives; a stall or a break mid-stream
+    raises :class:`UpstreamError`), and whether the upstream has finished it: ``ended()`` is true
+    once nothing more will come, so the caller may end its own answer with the last chunk instead of
+    after it; ``arrived(limit)`` once the whole body is in with at most ``limit`` bytes of it not yet
+    taken (so reading it on waits for nothing). Its own iterator, not an async generator (one per
+    stream, made, registered with the event loop and finalised, cost more than the stream's reads)."""
 
-    def __init__(
-        self,
-        chunks: AsyncIterator[bytes],
-        ended: Callable[[], bool],
-        arrived: Callable[[int], bool] | None = None,
-    ) -> None:
-        self.chunks = chunks
-        self.ended = ended
-        self.arrived = arrived
+    __slots__ = ("_alias", "_response", "_timeout")
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self.chunks
+    def __init__(self, response: Response, alias: str, read_timeout: float) -> None:
+        self._response = response
+        self._alias = alias
+        self._timeout = read_timeout
+
+    def __aiter__(self) -> StreamBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._response.next_chunk(self._timeout)
+        except TimeoutError:
+            raise UpstreamError(504, f"upstream {self._alias!r} stalled mid-stream") from None
+        except OSError as exc:
+            raise UpstreamError(502, f"upstream {self._alias!r} broke off mid-stream: {exc}") from None
+
+    def ended(self) -> bool:
+        return self._response.ended()
+
+    def arrived(self, limit: int) -> bool:
+        return self._response.arrived(limit)
+
+
+class _OpenStream:
+    """:meth:`PassThrough.stream`'s context: the call made on entry, its connection released on exit
+    (a class: a generator-based context manager costs an async generator more per stream)."""
+
+    __slots__ = ("_body", "_passthrough", "_path", "_response", "_upstream", "_url")
+
+    def __init__(self, passthrough: PassThrough, upstream: Upstream, path: str, body: bytes) -> None:
+        self._passthrough = passthrough
+        self._upstream = upstream
+        self._path = path
+        self._body = body
+        self._url = ""
+        self._response: Response | None = None
+
+    async def __aenter__(self) -> StreamBody:
+        upstream, passthrough = self._upstream, self._passthrough
+        url = self._url = upstream.url(self._path)
+        loop = asyncio.get_running_loop()
+        timeout = upstream.stream_timeout
+        response = await passthrough._post(upstream, url, self._body, True, loop.time() + timeout)
+        self._response = response
+        if response.status >= 400:
+            try:
+                data = await passthrough._body(upstream, response, loop.time() + timeout)
+            finally:
+                self._release()
+            raise _http_error(response.status, data)
+        return StreamBody(response, upstream.alias, timeout)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        response, self._response = self._response, None
+        if response is not None:
+            self._passthrough._release(self._url, response)
 
 
 class PassThrough:
@@ -279,37 +330,18 @@ class PassThrough:
         else:
             response.close()
 
-    @contextlib.asynccontextmanager
-    async def stream(self, upstream: Upstream, path: str, body: bytes) -> AsyncIterator[StreamBody]:
-        """A streaming call: yields the response body's chunks as they arrive.
+    def stream(
+        self, upstream: Upstream, path: str, body: bytes
+    ) -> contextlib.AbstractAsyncContextManager[StreamBody]:
+        """A streaming call: an async context whose value is the response body's chunks as they
+        arrive (:class:`StreamBody`).
 
-        An error answer raises before anything is yielded; a failure mid-stream raises
+        An error answer raises on entry, before anything is yielded; a failure mid-stream raises
         UpstreamError from the iterator. Leaving early closes the upstream connection,
         which cancels the upstream's generation. Each wait for the upstream (its answer's
         start, then each read) may take the route's ``stream_timeout``.
         """
-        url = upstream.url(path)
-        loop = asyncio.get_running_loop()
-        response = await self._post(upstream, url, body, True, loop.time() + upstream.stream_timeout)
-        try:
-            if response.status >= 400:
-                data = await self._body(upstream, response, loop.time() + upstream.stream_timeout)
-                raise _http_error(response.status, data)
-
-            async def chunks() -> AsyncIterator[bytes]:
-                try:
-                    async for chunk in response.iter_chunks(upstream.stream_timeout):
-                        yield chunk
-                except TimeoutError:
-                    raise UpstreamError(504, f"upstream {upstream.alias!r} stalled mid-stream") from None
-                except OSError as exc:
-                    raise UpstreamError(
-                        502, f"upstream {upstream.alias!r} broke off mid-stream: {exc}"
-                    ) from None
-
-            yield StreamBody(chunks(), response.ended, response.arrived)
-        finally:
-            self._release(url, response)
+        return _OpenStream(self, upstream, path, body)
 
 
 _HEADERS = b"Content-Type: application/json\r\nAccept-Encoding: identity\r\n"

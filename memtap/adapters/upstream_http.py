@@ -200,17 +200,27 @@ class Response(asyncio.Protocol):
             await self._wait(deadline)
         return self._take()
 
-    async def iter_chunks(self, read_timeout: float) -> AsyncIterator[bytes]:
-        """The body as it arrives; each wait for more bytes may take ``read_timeout`` seconds."""
+    async def next_chunk(self, read_timeout: float) -> bytes:
+        """The body's next bytes as they arrive (``StopAsyncIteration`` after the last); each wait
+        for more may take ``read_timeout`` seconds. For an iterator of a class of its own: an
+        async generator costs more per stream (made, registered with the loop, finalised)."""
         while True:
             if self._chunks:
-                yield self._take()
-                continue
+                return self._take()
             if self.complete:
-                return
+                raise StopAsyncIteration
             if self.error is not None:
                 raise BrokeOff(str(self.error) or type(self.error).__name__)
             await self._wait(self._loop.time() + read_timeout)
+
+    async def iter_chunks(self, read_timeout: float) -> AsyncIterator[bytes]:
+        """The body as it arrives; each wait for more bytes may take ``read_timeout`` seconds."""
+        while True:
+            try:
+                chunk = await self.next_chunk(read_timeout)
+            except StopAsyncIteration:
+                return
+            yield chunk
 
     def arrived(self, limit: int) -> bool:
         """Whether the whole body is in, and at most ``limit`` bytes of it are still to be taken."""

@@ -330,14 +330,17 @@ class ChatProxy:
                 )
         call.value = result
 
-    @contextlib.asynccontextmanager
-    async def _open_stream(
+    def _open_stream(
         self, upstream: Upstream, outgoing: dict[str, Any], body: bytes
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterable[bytes]]:
+        if upstream.via == "passthrough":  # its own context (no generator around it: one per stream)
+            return self.passthrough.stream(upstream, "/chat/completions", body)
+        return self._litellm_stream(upstream, outgoing)
+
+    @contextlib.asynccontextmanager
+    async def _litellm_stream(
+        self, upstream: Upstream, outgoing: dict[str, Any]
     ) -> AsyncIterator[AsyncIterable[bytes]]:
-        if upstream.via == "passthrough":
-            async with self.passthrough.stream(upstream, "/chat/completions", body) as chunks:
-                yield chunks
-            return
         events = await self.litellm.chat_stream(upstream, outgoing)
         try:
             yield events

@@ -174,11 +174,13 @@ def check_types(
     request: Mapping[str, Any], allowed: Mapping[str, tuple[type | tuple[type, ...], ...]]
 ) -> None:
     """A forwarded field of the wrong JSON type is a 400 naming it."""
-    from memtap.proxy.http import RequestProblem  # here: the config module imports this one
-
     for name, value in request.items():
         types = allowed.get(name)
         if types and not _matches(value, types):
+            # Imported here, on the refusal only: the config module imports this one, and an
+            # import statement on every call costs more than the check itself.
+            from memtap.proxy.http import RequestProblem
+
             raise RequestProblem(
                 400, f"'{name}' must be {_type_name(types)}, not {type(value).__name__}.", param=name
             )
@@ -187,10 +189,10 @@ def check_types(
 def refuse_redirects(dropped: list[str]) -> None:
     """A request naming a connection or credential field is refused (400), not quietly served:
     trying to steer memtap's upstream call is worth an error the caller sees and the trace keeps."""
-    from memtap.proxy.http import RequestProblem
-
     steering = [name for name in dropped if is_forbidden(name)]
     if steering:
+        from memtap.proxy.http import RequestProblem  # see check_types
+
         raise RequestProblem(
             400,
             f"request field{'s' if len(steering) > 1 else ''} {', '.join(repr(n) for n in steering)} "

@@ -218,6 +218,9 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
     data = chunks[0][1] if len(chunks) == 1 else b"".join([chunk for _, chunk in chunks])
     if data.find(b"\r") >= 0:
         return summarise_by_chunk(chunks)
+    if data.find(_OBFUSCATION_KEY) >= 0:  # each event's own padding: out, so the events look alike
+        chunks = [(at, _without_padding(chunk)) for at, chunk in chunks]
+        data = chunks[0][1] if len(chunks) == 1 else b"".join([chunk for _, chunk in chunks])
     summary = StreamSummary()
     template: _Template | None = None
     tries = _TEMPLATE_TRIES
@@ -255,6 +258,23 @@ def summarise_stream(chunks: list[tuple[float, bytes]]) -> StreamSummary:
             ends = list(itertools.accumulate(len(chunk) for _, chunk in chunks))
             summary.first_token_at = chunks[min(bisect.bisect_left(ends, end), len(chunks) - 1)][0]
     return summary
+
+
+# OpenAI's streams end every event with an ``obfuscation`` field: random padding of random length,
+# which the summary does not read (nor keep). Taken out of an event's bytes where it is the last
+# member, a plain string right before the event's blank line, after the end of a value (a string,
+# number, ``true``, ``false``, ``null``, array or object), the event's JSON is the same object minus
+# that field (and an invalid one stays invalid), so the events that differed in it alone are alike
+# again for the templates and runs. Taken out chunk by chunk, so an event still ends in the chunk it
+# ended in (its time is kept). The pattern begins with its literal, the look-behind after it: a
+# character class before the literal makes the search ten times slower.
+_OBFUSCATION_KEY = b',"obfuscation":"'
+_OBFUSCATION = re.compile(rb',"obfuscation":"(?<=[\]}"0-9el],"obfuscation":")[^"\\\x00-\x1f]*"}\n\n')
+
+
+def _without_padding(chunk: bytes) -> bytes:
+    """``chunk`` without the ``obfuscation`` field of the events that end in it (see above)."""
+    return _OBFUSCATION.sub(b"}\n\n", chunk)
 
 
 _TEMPLATE_TRIES = 3  # templates made per stream at most (each costs a parse more)
