@@ -243,12 +243,8 @@ def _able(index: NamespaceIndex, ends: list[tuple[str, str, str]], heads: set[st
     and holds the first word and the second or the last (``first_superseded``; a clause's words
     are words of its text). Worked out with the word index's sets (each word's live items), not
     item by item: set operations in C over a namespace's thousands of live items."""
-    by_word, by_opening = index.by_word, index.by_opening
-    found: set[tuple[str, str]] = set()  # ``opening_with(heads)``: mostly a few of the live items
-    for head in heads:
-        bucket = by_opening.get(head)
-        if bucket:
-            found |= bucket
+    by_word = index.by_word
+    found = index.opening_with(heads)  # mostly a few of the live items
     able: set[tuple[str, str]] = set()
     if not found:
         return able
