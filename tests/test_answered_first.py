@@ -3,6 +3,7 @@ the trace holds the same events and effects as when it recorded first."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from conftest import http_client
 from findings_helpers import serve_proxy
 from served import ServedMemtap
-from trace_builder import events_in
+from trace_builder import durable_events_in, events_in
 
 from memtap.adapters.memory_server import entity_id, observation_id
 from memtap.config import ConfigFile
@@ -79,17 +80,26 @@ async def test_calls_answered_before_they_were_recorded_are_recorded_when_the_pr
 
 
 async def test_a_durable_proxy_records_a_write_with_its_effects_before_answering(
-    tmp_path: Path, memory_server: dict[str, Any]
+    tmp_path: Path, memory_server: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("MEMTAP_SQLITE_BUSY_TIMEOUT_MS", "50")  # the writer retries at once
     config = {"mcpServers": {"memory": memory_server}}
     upstreams = ConfigFile.model_validate(config).enabled_servers()
     served = ServedMemtap(tmp_path / "trace.db", config, upstreams=upstreams, durable=True).start()
+    blocker = sqlite3.connect(served.db, isolation_level=None, timeout=0)
     try:
         async with http_client(served.mcp_url) as client:
             await client.call_tool("create_entities", ALICE)
+            served.events(lambda events: len(events) == 1)
+            # While another connection holds the write lock nothing reaches the tables: an event
+            # on disk after its answer was put in the synced journal before the answer (a proxy
+            # that answered first would have it in neither).
+            blocker.execute("BEGIN IMMEDIATE")
             await client.call_tool("add_observations", _add(0))
-            events = events_in(served.db)  # committed before the answers came: no flush
+            events = durable_events_in(served.db)  # no flush, no waiting
+            blocker.execute("ROLLBACK")
     finally:
+        blocker.close()
         served.stop()
     assert [e.tool for e in events] == ["create_entities", "add_observations"]
     assert _own_effect(events[1]) == (EffectKind.ADD, observation_id("alice", "fact 0"), "fact 0")

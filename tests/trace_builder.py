@@ -12,6 +12,7 @@ from memtap.ids import new_id
 from memtap.probes.runs import RunStore
 from memtap.probes.schema import Episode
 from memtap.probes.suitefile import file_sha256, write_suite
+from memtap.trace.journal import journal_path, peek
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, TraceEvent
 from memtap.trace.store import TraceStore
 
@@ -31,6 +32,17 @@ def events_in(db: Path) -> list[TraceEvent]:
         return store.list_events()
     finally:
         store.close()
+
+
+def durable_events_in(db: Path) -> list[TraceEvent]:
+    """The events on disk now: in the tables, or answered from the synced durable journal and not yet
+    inserted (a lone durable call is answered once its event is in the journal; the writer puts it
+    into the tables when no event came for a while). The journal is read first: an event only ever
+    moves from it into the tables, so none can slip between the two reads."""
+    journaled = peek(journal_path(db))
+    events = events_in(db)
+    known = {event.id for event in events}
+    return events + [event for event in journaled if event.id not in known]
 
 
 def add_event(i: int) -> TraceEvent:
