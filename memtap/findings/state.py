@@ -26,7 +26,6 @@ _ADD = EffectKind.ADD
 _UPDATE = EffectKind.UPDATE
 _DELETE = EffectKind.DELETE
 _CHAT = Op.CHAT
-_WRITE_KINDS = (EffectKind.ADD, EffectKind.UPDATE)
 _WRITE_OPS = (Op.WRITE, Op.UPDATE)
 
 _TURNS_KEPT = 200  # user turns remembered per session
@@ -133,9 +132,12 @@ class TraceState:
         index = self.index.get(namespace)
         if index is None:
             return False
+        candidates = index.duplicate_candidates(words)
+        if not candidates:  # most writes
+            return False
         live = self.live[namespace]
         sizes = compared_sizes(len(words))
-        for key in index.duplicate_candidates(words):
+        for key in candidates:
             if key in skip:
                 continue
             item = live[key]
@@ -155,6 +157,7 @@ class TraceState:
             text = last_user_text(event.arguments)
             if text:
                 self.turns.setdefault((ctx.namespace, ctx.session), deque(maxlen=_TURNS_KEPT)).append(text)
+        wrote = False  # an add or update effect (the turn's write landed, when the call is a write)
         for eff in event.effects:
             kind = eff.kind
             if kind != _DELETE and kind != _ADD and kind != _UPDATE:
@@ -171,6 +174,7 @@ class TraceState:
                     )
                 )
                 continue
+            wrote = True
             old = self.items.get(key)
             if old is not None and old.live:
                 self._unlive(old)
@@ -201,26 +205,27 @@ class TraceState:
                 self.live_facts[namespace] = Counter()
                 self.by_size[namespace] = {}
             self.live[namespace][key] = item
-            self.live_facts[namespace].update(item.facts)
+            counts = self.live_facts[namespace]  # ``Counter.update``, without its Python-level checks
+            held = counts.get
+            for fact in item.facts:
+                counts[fact] = held(fact, 0) + 1
             sized = self.by_size[namespace]
             bucket = sized.get(len(item.words))
             if bucket is None:
                 bucket = sized[len(item.words)] = {}
             bucket[key] = item
             index.add(key, item.words, item.openings)
-        if (
-            event.status == "ok"
-            and event.op in _WRITE_OPS
-            and any(e.kind in _WRITE_KINDS for e in event.effects)
-        ):
+        if wrote and self.removals and event.status == "ok" and event.op in _WRITE_OPS:
             self.removals.pop(self._turn_key(event), None)  # the turn's write landed
 
     def _unlive(self, item: LiveItem) -> None:
         item.live = False
         self.live.get(item.namespace, {}).pop((item.backend, item.item_id), None)
         counter = self.live_facts.get(item.namespace)
-        if counter is not None:
-            counter.subtract(item.facts)
+        if counter is not None:  # ``Counter.subtract``, without its Python-level checks
+            held = counter.get
+            for fact in item.facts:
+                counter[fact] = held(fact, 0) - 1
         sized = self.by_size.get(item.namespace, {}).get(len(item.words))
         if sized is not None:
             sized.pop((item.backend, item.item_id), None)
