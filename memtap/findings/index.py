@@ -56,15 +56,57 @@ def _groups_for_item(size: int) -> tuple[int, ...]:
 Signature = tuple[int, int, int]  # (k, group, a hash of the group's words)
 
 
+class _WordGroups:
+    """Each word's group among 2 and among 3 (its hash modulo 2 or 3), kept as sets of the words
+    seen, so that a word set's groups are set intersections made in C: only a word not seen
+    before is hashed in a Python loop (a trace's words mostly repeat)."""
+
+    LIMIT = 1 << 20  # words kept; past this all are forgotten (and grouped again when seen)
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.even: set[str] = set()  # hash % 2 == 0
+        self.thirds: tuple[set[str], set[str]] = (set(), set())  # hash % 3 == 0, == 1
+
+    def learn(self, words: frozenset[str]) -> None:
+        new = words - self.seen
+        if not new:
+            return
+        if len(self.seen) > self.LIMIT:  # start again: every word is new
+            for known in (self.seen, self.even, *self.thirds):
+                known.clear()
+            new = words
+        even, thirds = self.even, self.thirds
+        for word in new:
+            h = hash(word)
+            if not h % 2:
+                even.add(word)
+            third = h % 3
+            if third < 2:
+                thirds[third].add(word)
+        self.seen |= new
+
+
+_GROUPS = _WordGroups()
+
+
 @lru_cache(maxsize=8192)  # a written item's words: signed when the duplicate rule asks, then indexed
 def _signatures(words: frozenset[str], k: int) -> tuple[Signature, ...]:
-    """Each of the ``k`` groups of ``words`` (by each word's hash) as (k, group, a hash of its
-    words): equal groups sign alike; two unequal ones rarely do, and then only add a candidate
-    the rule's own test turns down. (A hash, not the group's words: nothing is built per group
-    and the index holds an int per item, not a set of its words.)"""
+    """Each of the ``k`` groups of ``words`` (by each word's hash modulo ``k``) as (k, group, a
+    hash of its words): equal groups sign alike; two unequal ones rarely do, and then only add a
+    candidate the rule's own test turns down. (A hash, not the group's words: the index holds an
+    int per item, not a set of its words.) Two or three groups (most word sets) are found with set
+    intersections (``_WordGroups``), more in a loop over the words."""
     if k == 1:
         return ((1, 0, hash(words)),)
-    sums = [0] * k
+    if k <= 3:
+        _GROUPS.learn(words)
+        if k == 2:
+            even = words & _GROUPS.even
+            return ((2, 0, hash(even)), (2, 1, hash(words - even)))
+        first, second = words & _GROUPS.thirds[0], words & _GROUPS.thirds[1]
+        return ((3, 0, hash(first)), (3, 1, hash(second)), (3, 2, hash(words - first - second)))
+    sums = [0] * k  # each group's words' hashes, xor-ed
     for word in words:
         h = hash(word)
         sums[h % k] ^= h
