@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from memtap.cli.main import cli
 from memtap.findings.check import check_trace
 from memtap.findings.model import Finding
+from memtap.findings.parallel import worker_env
 from memtap.findings.storage import list_findings
 from memtap.ids import new_id
 from memtap.trace.models import AccessTags, Context, EffectKind, MemoryEffect, Op, Role, TraceEvent
@@ -211,3 +212,13 @@ def test_memtap_check_on_two_workers_prints_and_stores_what_one_worker_does(tmp_
             store.close()
     assert outputs[0] == outputs[1] and outputs[0]
     assert CliRunner().invoke(cli, ["check", "--db", str(dbs[0]), "--workers", "0"]).exit_code == 2
+
+
+def test_part_workers_ask_for_huge_pages_and_keep_the_callers_glibc_tunables() -> None:
+    assert worker_env({"PATH": "/bin"}) == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    kept = worker_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
+    assert kept["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    # The caller's own hugetlb setting wins (0 turns huge pages off for the workers too).
+    assert (
+        worker_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
+    )

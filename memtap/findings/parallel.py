@@ -29,7 +29,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
 from pathlib import Path
@@ -191,11 +191,13 @@ def check_in_parts(
     # Workers are ``python -m memtap.findings.part_worker`` children (not multiprocessing's: those
     # import the caller's ``__main__`` again, or fork its threads): the part's arguments pickled
     # on stdin, its result on stdout.
+    env = worker_env(os.environ)
     children = [
         subprocess.Popen(
             [sys.executable, "-m", "memtap.findings.part_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env=env,
         )
         for _ in parts
     ]
@@ -263,6 +265,24 @@ def _links_cross(
                 if namespace not in mine:
                     return True
     return False
+
+
+# glibc's malloc asks the kernel for transparent huge pages for what it maps (glibc 2.35 and later;
+# an older glibc, or another C library, ignores the setting). A part's state is a heap of 1-2 GB
+# read at random; with 4 KiB pages most of its lookups miss the TLB. With 2 MiB pages part 0 of a
+# 1,000,000-event trace spent 57.7 and 51.6 s of CPU against 63.6 and 60.0 s (alternated runs,
+# the same findings); what pymalloc maps for small objects itself is not affected.
+_HUGE_PAGES = "glibc.malloc.hugetlb=1"
+
+
+def worker_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a part worker: ``env``, with glibc's malloc told to use transparent huge
+    pages (``GLIBC_TUNABLES``; tunables the caller set are kept, and a hugetlb setting of theirs wins)."""
+    out = dict(env)
+    tunables = out.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb=" not in tunables:
+        out["GLIBC_TUNABLES"] = f"{tunables}:{_HUGE_PAGES}" if tunables else _HUGE_PAGES
+    return out
 
 
 def default_workers() -> int:

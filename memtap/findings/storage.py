@@ -65,9 +65,10 @@ def save_findings(
                 raise PurgedMeanwhile("a purge ran after the events these findings come from were read")
             taken = _stored_keys(db, [cols[_KEY] for cols in columns])
             ids = iter(new_ids(sum(1 for finding in findings if not finding.id)))
+            now = utc_now().isoformat()  # stored together: one time (a clock reading each cost 3 us)
             for finding, cols in zip(findings, columns, strict=True):
                 finding.id = finding.id or next(ids)
-                finding.created_at = finding.created_at or utc_now().isoformat()
+                finding.created_at = finding.created_at or now
                 if cols[_KEY] in taken:
                     continue  # stored already, or earlier in this batch
                 taken.add(cols[_KEY])
