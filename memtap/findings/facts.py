@@ -38,6 +38,7 @@ _DATE = re.compile(
     re.IGNORECASE,
 )
 _DIGIT = re.compile(r"\d")  # every date and number holds one
+_ASCII_DIGIT = re.compile(r"[0-9]")  # ``_DIGIT`` for ASCII text (a range, not a Unicode category)
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:]\d+)*%?")
 _QUOTED = re.compile(r"\"([^\"]{1,80})\"|“([^”]{1,80})”|'([^'\s][^']{0,78}[^'\s])'(?!\w)")
 # ``\b[A-Z]...``, written to open with the capital itself (a character class the search skips to
@@ -342,7 +343,7 @@ def facts(text: str) -> frozenset[str]:
     if "?" in text:
         text = _QUESTION.sub(" ", text)
     found: set[str] = set()
-    if _DIGIT.search(text) is not None:  # else no date and no number
+    if (_ASCII_DIGIT if text.isascii() else _DIGIT).search(text) is not None:  # else no date and no number
         for match in _DATE.finditer(text):
             found.add(normalise(match.group(0)))
         undated = _DATE.sub(" ", text) if found else text  # no date: nothing to blank out
@@ -352,15 +353,15 @@ def facts(text: str) -> frozenset[str]:
         for match in _QUOTED.finditer(text):
             quoted = next(g for g in match.groups() if g)
             found.add(normalise(quoted))
-    for match in _NAME.finditer(text):
-        name = match.group(0)
+    # ``findall``, not ``finditer``: the matched texts without a match object each.
+    for name in _NAME.findall(text):
         parts = name.split()
         while parts and parts[0] in _SENTENCE_START_STOP:
             parts = parts[1:]
         if parts:
             found.add(normalise(" ".join(parts)))
-    for match in _VALUE.finditer(text):
-        value = normalise(match.group(1) or match.group(2) or "")
+    for phrase, assigned in _VALUE.findall(text):  # its two groups ("" for the one not matched)
+        value = normalise(phrase or assigned)
         value = " ".join(w for w in value.split() if w not in _STOP)
         if value:
             found.add(value)
@@ -403,7 +404,7 @@ def is_correction(text: str) -> bool:
 def correction_old_values(text: str) -> frozenset[str]:
     """The values a correction says are no longer true ("moved from Paris", "not 30",
     "instead of tea"), normalised."""
-    return frozenset(normalise(m.group(1)) for m in _OLD_VALUE.finditer(text) if normalise(m.group(1)))
+    return frozenset(value for value in map(normalise, _OLD_VALUE.findall(text)) if value)
 
 
 def near_equal(a: str, b: str, threshold: float = 0.9) -> bool:

@@ -430,9 +430,7 @@ class Duplicate:
         return bool(shape.kinds & _WRITES_SET)
 
     def observe(self, event: EventView, state: TraceState) -> Iterator[Finding]:
-        if not has_effect(event, _WRITES):
-            return
-        skip = touched(event)
+        skip: set[tuple[str, str]] | None = None
         for eff in event.effects:
             if eff.kind not in _WRITES or not eff.content_after:
                 continue
@@ -440,6 +438,8 @@ class Duplicate:
             mine = word_set(eff.content_after)
             if not mine:
                 continue
+            if skip is None:
+                skip = touched(event)
             # Jaccard >= 0.9 needs word sets within 10% of each other's size: only those are compared.
             if not state.has_near_duplicate(namespace, mine, skip):
                 continue  # no live item passes the test below: the scan would find nothing
