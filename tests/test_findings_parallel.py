@@ -4,10 +4,12 @@ in the same order; a trace whose namespaces meet is checked on one engine."""
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from memtap.cli.main import cli
@@ -214,7 +216,32 @@ def test_memtap_check_on_two_workers_prints_and_stores_what_one_worker_does(tmp_
     assert CliRunner().invoke(cli, ["check", "--db", str(dbs[0]), "--workers", "0"]).exit_code == 2
 
 
-def test_part_workers_ask_for_huge_pages_and_keep_the_callers_glibc_tunables() -> None:
+def test_part_workers_are_started_asking_for_huge_pages_beside_the_callers_glibc_tunables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[dict[str, str]] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:  # the real child, its environment noted
+        started.append(kwargs["env"])
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    trace = _Trace()
+    _lifecycle(trace)
+    store = _write(tmp_path / "t.db", trace)
+    try:
+        split = check_trace(store, save=False, workers=2)
+    finally:
+        store.close()
+    assert split.processes == 2 and split.events == len(trace.events)
+    assert [env["GLIBC_TUNABLES"] for env in started] == [
+        "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    ] * 2
+
+
+def test_worker_env_adds_huge_pages_and_keeps_the_callers_glibc_tunables() -> None:
     assert worker_env({"PATH": "/bin"}) == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
     kept = worker_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
     assert kept["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
