@@ -139,7 +139,11 @@ async def test_a_large_stream_read_slowly_arrives_whole(serve: Serve) -> None:
     client = HTTPClient()
     response = await client.post(server.url, HEADERS, b"{}", _deadline())
     received = 0
-    async for chunk in response.iter_chunks(5.0):
+    while True:
+        try:
+            chunk = await response.next_chunk(5.0)
+        except StopAsyncIteration:
+            break
         received += len(chunk)
         await asyncio.sleep(0.001)  # a slow reader: the connection stops reading past the high-water mark
     assert received == 64 * len(piece) and response.complete

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import httptools
@@ -212,15 +211,6 @@ class Response(asyncio.Protocol):
             if self.error is not None:
                 raise BrokeOff(str(self.error) or type(self.error).__name__)
             await self._wait(self._loop.time() + read_timeout)
-
-    async def iter_chunks(self, read_timeout: float) -> AsyncIterator[bytes]:
-        """The body as it arrives; each wait for more bytes may take ``read_timeout`` seconds."""
-        while True:
-            try:
-                chunk = await self.next_chunk(read_timeout)
-            except StopAsyncIteration:
-                return
-            yield chunk
 
     def arrived(self, limit: int) -> bool:
         """Whether the whole body is in, and at most ``limit`` bytes of it are still to be taken."""
