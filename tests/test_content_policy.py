@@ -11,6 +11,7 @@ from typing import Any
 
 import openai
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from served import ServedMemtap, chats
 
@@ -79,6 +80,32 @@ def test_a_hashed_chat_keeps_roles_ids_usage_and_timings_but_no_text(
     assert chat.output_tokens == 3 and chat.total_ms is not None and chat.context.namespace == "hidden-7"
     capture = next(e for e in events if e.op.value == "write")
     assert capture.arguments["content"] == _sha(ask) and capture.effects[0].content_after == _sha(ask)
+    _assert_no_heron_in_the_trace(memtap.db)
+
+
+def test_a_hashed_stream_is_hashed_after_its_summary_is_made_off_the_callers_path(
+    serve_memtap: Serve, upstream: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory off, no spans: the stream's summary is made on the recorder's thread, and the
+    namespace's policy is applied to it there, before anything is stored."""
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    memtap = serve_memtap({"content_policy": {"hidden-*": "hashed"}})
+    client = openai.OpenAI(api_key="x", base_url=memtap.base_url, max_retries=0)
+    ask = "Where is the HERON key? [chunks 3]"
+    stream = client.chat.completions.create(
+        model="gpt-fake", messages=[{"role": "user", "content": ask}], user="hidden-8", stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    assert (
+        "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "chunk-0 chunk-1 chunk-2 "
+    )
+    [chat] = memtap.events(chats(1))
+    assert chat.arguments["messages"] == [{"role": "user", "content": _sha(ask)}]
+    assert chat.result["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": _sha("chunk-0 chunk-1 chunk-2 "),
+    }
+    assert (chat.input_tokens, chat.output_tokens) == (11, 3) and chat.ttft_ms is not None
     _assert_no_heron_in_the_trace(memtap.db)
 
 

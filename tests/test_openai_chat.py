@@ -4,15 +4,19 @@ streaming) against the real app on a free port, with a fake hosted LLM as the up
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from opentelemetry import trace
 from secrets_check import assert_absent
 from served import ServedMemtap, chats
 
+import memtap.proxy.chat as chat_module
 from memtap.probes.targets._server import free_port
 from memtap.trace.models import Op
 
@@ -251,6 +255,60 @@ def test_a_client_that_leaves_mid_stream_cancels_the_upstream_and_the_partial_ch
     assert event.status == "error" and event.error == "client disconnected mid-stream"
     assert event.result["partial"] is True and event.result["stream"]["done"] is False
     assert event.result["choices"][0]["message"]["content"].startswith("more-0 more-1")
+
+
+def test_a_streams_summary_is_made_on_the_recorders_thread_and_records_what_a_durable_memtap_records(
+    tmp_path: Path, upstream: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory off, not durable, no spans: nothing in the call reads the reply, so the stream's
+    summary is left to the recorder's thread; durable, it is made before the answer ends. The
+    trace is the same either way (a text stream, a padded one, tool calls, one cut off)."""
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)  # no tracer provider: no chat span to fill
+    threads: list[str] = []
+    summarise = chat_module.summarise_stream
+
+    def watched(chunks: Any) -> Any:  # the real summary, noting the thread it runs on
+        threads.append(threading.current_thread().name)
+        return summarise(chunks)
+
+    monkeypatch.setattr(chat_module, "summarise_stream", watched)
+    config = {
+        "model_list": [
+            {
+                "model_name": "gpt-fake",
+                "litellm_params": {"model": "openai/fake-1", "api_base": upstream.base_url},
+            }
+        ]
+    }
+    prompts = ["Say hello [chunks 20]", "Say hello [chunks 5] [obfuscate]", "Weather? [tool]", "Go [die]"]
+    recorded: dict[bool, list[Any]] = {}
+    for durable in (False, True):
+        threads.clear()
+        served = ServedMemtap(tmp_path / f"durable-{durable}.db", config, durable=durable).start()
+        try:
+            for prompt in prompts:
+                body = {"model": "gpt-fake", "messages": [{"role": "user", "content": prompt}], "stream": True,
+                        "stream_options": {"include_usage": True}}  # fmt: skip
+                _raw_stream(served.base_url, body)
+            events = served.events(chats(len(prompts)))
+        finally:
+            served.stop()
+        recorded[durable] = [
+            (e.result, e.input_tokens, e.output_tokens, e.ttft_ms is not None, e.status, e.error)
+            for e in events
+        ]
+        on_recorder = [name == "memtap-recorder" for name in threads]
+        assert on_recorder == [not durable] * len(prompts)
+    assert recorded[False] == recorded[True]
+    texts = [r[0]["choices"][0]["message"].get("content") for r in recorded[False]]
+    assert texts == ["".join(f"chunk-{i} " for i in range(20)), "".join(f"chunk-{i} " for i in range(5)), None,
+                     "chunk-0 chunk-1 chunk-2 "]  # fmt: skip
+    assert (
+        recorded[False][2][0]["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    )
+    assert [r[1:3] for r in recorded[False][:2]] == [(11, 20), (11, 5)] and all(r[3] for r in recorded[False])
+    cut = recorded[False][3]
+    assert cut[4] == "error" and "broke off mid-stream" in cut[5] and cut[0]["partial"] is True
 
 
 def test_api_keys_name_principals_and_never_enter_the_trace(serve_memtap: Serve, upstream: Any) -> None:

@@ -215,3 +215,73 @@ async def test_a_call_after_the_recorder_stopped_says_where_its_event_went(db_pa
     assert outcome.error is not None and "the recorder is not running" in outcome.error
     assert f"the event was saved to {recorder.spill_path}" in outcome.error
     assert json.loads(recorder.spill_path.read_text())["id"] == outcome.event_id
+
+
+def _results(db: Path) -> dict[str, object]:
+    with sqlite3.connect(db) as conn:
+        return {i: json.loads(r) if r else None for i, r in conn.execute("SELECT id, result FROM events")}
+
+
+@pytest.mark.anyio
+async def test_an_event_handed_over_with_a_finisher_is_stored_finished_on_the_writer_thread(
+    db_path: Path,
+) -> None:
+    import threading
+
+    recorder = Recorder(db_path).start()
+    threads: list[str] = []
+
+    def finish(event: object) -> None:
+        threads.append(threading.current_thread().name)
+        event.result = {"summary": "made later"}  # type: ignore[attr-defined]
+
+    events = [add_event(i) for i in range(3)]
+    for event in events:
+        await recorder.record(event, finish=finish if event is events[1] else None)
+    assert recorder.flush(10)
+    recorder.close()
+    assert threads == ["memtap-recorder"]  # once, off the caller's thread
+    assert _results(db_path) == {
+        events[0].id: None,
+        events[1].id: {"summary": "made later"},
+        events[2].id: None,
+    }
+
+
+@pytest.mark.anyio
+async def test_a_finisher_that_fails_leaves_its_event_as_handed_over_and_the_batch_written(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = Recorder(db_path).start()
+
+    def broken(event: object) -> None:
+        raise RuntimeError("summary bug")
+
+    events = [add_event(i) for i in range(2)]
+    await recorder.record(events[0], finish=broken)
+    await recorder.record(events[1])
+    assert recorder.flush(10)
+    recorder.close()
+    assert _results(db_path) == {events[0].id: None, events[1].id: None}
+    assert recorder.stats.spilled == 0
+    assert f"finishing event {events[0].id} failed" in caplog.text and "summary bug" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_a_durable_or_stopped_recorder_finishes_the_event_before_it_is_stored_or_spilled(
+    db_path: Path,
+) -> None:
+    def finish(event: object) -> None:
+        event.result = {"finished": True}  # type: ignore[attr-defined]
+
+    recorder = Recorder(db_path, durable=True, journal=False).start()
+    event = add_event(1)
+    await recorder.record(event, finish=finish)  # returns after the commit: already finished here
+    assert event.result == {"finished": True} and _results(db_path) == {event.id: {"finished": True}}
+    recorder.close()
+
+    late = add_event(2)
+    with pytest.raises(StoreError, match="not running"):
+        await recorder.record(late, finish=finish)
+    [line] = recorder.spill_path.read_text().splitlines()
+    assert json.loads(line)["id"] == late.id and json.loads(line)["result"] == {"finished": True}

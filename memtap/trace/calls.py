@@ -74,6 +74,11 @@ class CallRecord:
     # Set by a front door whose caller had its answer before the call ended (work after the
     # response, such as a chat's memory capture, is then not counted as the caller's wait).
     total_ms: float | None = None
+    # Set by a front door whose event's value can be worked out after the call (a stream's
+    # summary): it fills the event's ``result`` and the fields that come from it, and runs on the
+    # recorder's writer thread before the event is stored (``Recorder.record(finish=...)``); the
+    # event is built without a value, and the trace's privacy applied once it has one.
+    deferred: Callable[[TraceEvent], None] | None = None
     started: float = field(default_factory=time.perf_counter)
     _backend_started: float | None = None
 
@@ -117,9 +122,12 @@ async def recorded_call(
 
     span_query: list[str | None] = [None]  # what a span may show of the query, set by build()
 
-    def build(value: Any, effects: list[MemoryEffect], error: str | None = None) -> TraceEvent:
+    def build(
+        value: Any, effects: list[MemoryEffect], error: str | None = None, *, private: bool = True
+    ) -> TraceEvent:
         """The call's event as it stands, with ``value``, ``effects`` and ``error`` (else the
-        record's); any thread (the builtin backend builds it inside its transaction)."""
+        record's); any thread (the builtin backend builds it inside its transaction).
+        ``private=False``: the trace's privacy is left to whoever completes the event."""
         error = record.error if error is None else error
         backend_ms = record.backend_ms
         if record._backend_started is not None and backend_ms is None:
@@ -158,7 +166,8 @@ async def recorded_call(
             }
         )
         # The content policy and secret redaction, before the span or the trace sees the event.
-        span_query[0] = recorder.privacy.apply(event, record.query)
+        if private:
+            span_query[0] = recorder.privacy.apply(event, record.query)
         return event
 
     inline: InlineEvent | None = None
@@ -187,10 +196,12 @@ async def recorded_call(
         except MemtapError as exc:
             record.error = str(exc)
             record.value = {"error": record.error}
+            record.deferred = None
         except Exception as exc:  # a bug or an unexpected backend failure: report it, stay up
             log.exception("%s %s failed", front_door, tool)
             record.error = f"internal error: {type(exc).__name__}: {exc}"
             record.value = {"error": record.error}
+            record.deferred = None
         except asyncio.CancelledError:  # recorded with what it did; the cancellation goes on
             recorder.stats.cancelled += 1
             # The record is left as it is: a backend committing this call's write now builds
@@ -215,15 +226,30 @@ async def recorded_call(
                     "%s %s failed after its write and event committed: %s", front_door, tool, record.error
                 )
             return
-        event = build(record.value, record.effects)
+        deferred = record.deferred
+        event = build(record.value, record.effects, private=deferred is None)
         finish(event)
         try:
-            await recorder.record(event)
+            await recorder.record(
+                event, finish=None if deferred is None else _completing(deferred, recorder, record)
+            )
         except StoreError as exc:  # durable mode: the commit failed, so the caller must not think it did
             outcome = "the call failed" if record.error else "the call was carried out"
             record.commit_error = f"{outcome} but its trace could not be committed: {exc}"
             record.error = record.commit_error
             record.value = {"error": record.error}
+
+
+def _completing(
+    deferred: Callable[[TraceEvent], None], recorder: Recorder, record: CallRecord
+) -> Callable[[TraceEvent], None]:
+    """The finisher of an event built without its value: the front door's, then the privacy."""
+
+    def complete(event: TraceEvent) -> None:
+        deferred(event)
+        recorder.privacy.apply(event, record.query)
+
+    return complete
 
 
 def _hand_over(recorder: Recorder, event: TraceEvent) -> None:

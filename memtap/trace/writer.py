@@ -141,6 +141,8 @@ class Recorder:
         self._idle = threading.Condition()
         # Calls answered before they were recorded (outside durable mode): flush() waits for them.
         self.answered_first = AnsweredFirst(self._idle)
+        # Events whose finishing was left to the writer thread (record(finish=...)), by id.
+        self._finishing: dict[str, Callable[[TraceEvent], None]] = {}
         # Called on the writer thread with each committed batch (live findings): a callback
         # must only hand the events on, never block; one that raises is logged and skipped.
         self.after_commit: list[Callable[[list[TraceEvent]], None]] = []
@@ -219,13 +221,22 @@ class Recorder:
             self._queue.put(entry)
         return done
 
-    async def record(self, event: TraceEvent) -> None:
+    async def record(self, event: TraceEvent, *, finish: Callable[[TraceEvent], None] | None = None) -> None:
         """Record from async code; in durable mode, return only after the commit.
 
         A full queue makes this caller wait in a worker thread, never the event loop,
         so other requests go on while the writer catches up.
+
+        ``finish`` completes the event off the caller's path: the writer thread runs it just
+        before the event's batch is written (or spilled), so what is stored is the finished
+        event. In durable mode, or when the recorder is not running, it runs here first.
         """
+        if finish is not None and (self.durable or self._thread is None or self._closing.is_set()):
+            finish(event)
+            finish = None
         self._check_running(event)
+        if finish is not None:  # before the event is queued: the writer sees both or neither
+            self._finishing[event.id] = finish
         # Durable: the writer answers this loop's future; not durable: nobody waits.
         done = asyncio.get_running_loop().create_future() if self.durable else None
         entry = (event, done)
@@ -370,6 +381,8 @@ class Recorder:
 
     def _write_batch(self, batch: list[_Entry]) -> None:
         events = [event for event, _ in batch]
+        if self._finishing:
+            self._finish(events)
         error = self._commit(events)
         if error is None:
             self._settle(batch, None)
@@ -420,6 +433,20 @@ class Recorder:
                 self.stats.batches += 1
                 self._idle.notify_all()
             return None
+
+    def _finish(self, events: list[TraceEvent]) -> None:
+        """Run the finishers handed to :meth:`record` for ``events`` (see there). One that fails
+        leaves its event as the caller built it, and says so in the log."""
+        for event in events:
+            finish = self._finishing.pop(event.id, None)
+            if finish is None:
+                continue
+            try:
+                finish(event)
+            except Exception:
+                log.exception(
+                    "recorder: finishing event %s failed; it is recorded as it was handed over", event.id
+                )
 
     @staticmethod
     def _settle(batch: list[_Entry], error: StoreError | None) -> None:
