@@ -307,7 +307,8 @@ class ChatProxy:
             if mode == "off" and not self.recorder.durable and not tracing():
                 # Nothing here reads the reply (no capture, no span): the stream's summary is made
                 # on the recorder's thread, in a batch with other streams' (about half the CPU it
-                # takes here, between requests), before the event is stored.
+                # takes here, between requests), before the event is stored. (A whole answer's
+                # parse, a tenth of the cost, is left here: moving it measured nothing.)
                 call.deferred = functools.partial(_finish_stream, forwarded, t0, {"mode": mode})
                 return
             result, call.ttft_ms = _stream_result(forwarded, t0)
