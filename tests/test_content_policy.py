@@ -19,6 +19,7 @@ from memtap.adapters.builtin import BuiltinBackend
 from memtap.proxy.service import MemoryService
 from memtap.trace.models import TraceEvent
 from memtap.trace.privacy import ContentPolicy, TracePrivacy
+from memtap.trace.store import TraceStore
 from memtap.trace.writer import Recorder
 
 Serve = Callable[..., ServedMemtap]
@@ -166,3 +167,45 @@ def test_applying_the_policy_twice_to_one_calls_effects_gives_receipts_of_the_co
     assert built[0].effects[0].content_after == _sha("PLOVER s3cret-token-1")
     assert built[1].effects == built[0].effects
     assert effects[0].content_after == "PLOVER s3cret-token-1"
+
+
+@pytest.mark.anyio
+async def test_an_event_finished_off_the_callers_path_is_private_even_when_finishing_it_fails(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A front door that leaves its value to the recorder's thread (``CallRecord.deferred``): the
+    namespace's policy is applied to what it filled in, and also when filling it in failed."""
+    from memtap.trace.calls import recorded_call
+    from memtap.trace.models import Context, Op
+
+    recorder = Recorder(db_path).start()
+    recorder.privacy = TracePrivacy(ContentPolicy([("hidden-*", "hashed")]))
+
+    def answer(text: str) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+
+    def fills(event: TraceEvent) -> None:
+        event.result = answer("the HERON key is under the mat")
+
+    def breaks(event: TraceEvent) -> None:
+        event.result = answer("the HERON key, half")
+        raise RuntimeError("summary bug")
+
+    for deferred in (fills, breaks):
+        async with recorded_call(
+            recorder, tool="chat.completions", op=Op.CHAT, front_door="test", backend="none",
+            arguments={"messages": [{"role": "user", "content": "Where is the HERON key?"}]},
+            fallback_context=lambda: Context(namespace="hidden-1"),
+        ) as call:  # fmt: skip
+            call.deferred = deferred
+    assert recorder.flush(10)
+    recorder.close()
+    _assert_no_heron_in_the_trace(db_path)
+    store = TraceStore(db_path)
+    try:
+        filled, broken = store.list_events()
+    finally:
+        store.close()
+    assert filled.result == answer(_sha("the HERON key is under the mat"))
+    assert broken.result == answer(_sha("the HERON key, half"))
+    assert "summary bug" in caplog.text

@@ -243,11 +243,19 @@ async def recorded_call(
 def _completing(
     deferred: Callable[[TraceEvent], None], recorder: Recorder, record: CallRecord
 ) -> Callable[[TraceEvent], None]:
-    """The finisher of an event built without its value: the front door's, then the privacy."""
+    """The finisher of an event built without its value: the front door's, then the privacy,
+    which is applied even when the front door's part failed; where the privacy itself fails, the
+    event keeps neither its arguments nor its result (nothing the policy did not see is stored)."""
 
     def complete(event: TraceEvent) -> None:
-        deferred(event)
-        recorder.privacy.apply(event, record.query)
+        try:
+            deferred(event)
+        finally:
+            try:
+                recorder.privacy.apply(event, record.query)
+            except BaseException:
+                event.arguments, event.result = {}, None
+                raise
 
     return complete
 
