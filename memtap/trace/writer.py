@@ -435,8 +435,8 @@ class Recorder:
             return None
 
     def _finish(self, events: list[TraceEvent]) -> None:
-        """Run the finishers handed to :meth:`record` for ``events`` (see there). One that fails
-        leaves its event as the caller built it, and says so in the log."""
+        """Run the finishers handed to :meth:`record` for ``events`` (see there). An event whose
+        finisher fails is recorded as far as it got (the log says so); the batch goes on."""
         for event in events:
             finish = self._finishing.pop(event.id, None)
             if finish is None:
@@ -445,7 +445,7 @@ class Recorder:
                 finish(event)
             except Exception:
                 log.exception(
-                    "recorder: finishing event %s failed; it is recorded as it was handed over", event.id
+                    "recorder: finishing event %s failed; it is recorded as far as it was finished", event.id
                 )
 
     @staticmethod
