@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from functools import lru_cache
+from sys import intern
 
 __all__ = [
     "asks_to_change",
@@ -325,8 +326,11 @@ def normalise(text: str) -> str:
 
 @lru_cache(maxsize=16384)
 def word_set(text: str) -> frozenset[str]:
-    """Every word of the normalised text (a live item's words; what the duplicate rule compares)."""
-    return frozenset(normalise(text).split())
+    """Every word of the normalised text (a live item's words; what the duplicate rule compares).
+    The words are interned: every live item holds its word set, and a trace's words mostly repeat,
+    so a million items share one string per distinct word instead of holding a dozen each (and
+    equal words compare, and are found in the word index, by identity)."""
+    return frozenset(map(intern, normalise(text).split()))
 
 
 def words(text: str) -> frozenset[str]:

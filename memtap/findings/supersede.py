@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from sys import intern
 from typing import TYPE_CHECKING
 
 from memtap.findings.facts import asks_to_forget, is_correction, normalise, word_set, words
@@ -105,7 +106,7 @@ def clause_tuple(text: str) -> tuple[tuple[str, ...], ...]:
         part = part.replace("\0", ".").strip()
         if not part or part.endswith("?") or asks_to_forget(part):
             continue
-        words = tuple(normalise(part).split())
+        words = tuple(map(intern, normalise(part).split()))  # interned, as ``word_set``: items keep them
         if words:
             out.append(words)
     return tuple(out)
