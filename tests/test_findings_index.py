@@ -57,3 +57,22 @@ def test_candidates_survive_forgetting_the_word_groups(monkeypatch: pytest.Monke
     assert not live.duplicate_candidates(item)
     assert not live.by_signature  # emptied signature buckets are dropped
     index._signatures.cache_clear()
+
+
+def test_a_signature_shared_by_several_items() -> None:
+    words = frozenset(f"w{n}" for n in range(12))
+    live = NamespaceIndex()
+    for name in ("one", "two", "three"):
+        live.add(("b", name), words, frozenset())
+    assert live.duplicate_candidates(words) == {("b", "one"), ("b", "two"), ("b", "three")}
+    live.remove(("b", "two"), words, frozenset())
+    assert live.duplicate_candidates(words) == {("b", "one"), ("b", "three")}
+    live.remove(("b", "two"), words, frozenset())  # removing again changes nothing
+    live.remove(("b", "one"), words, frozenset())
+    assert live.duplicate_candidates(words) == {("b", "three")}
+    live.remove(("b", "three"), words, frozenset())
+    assert not live.duplicate_candidates(words)
+    assert not live.by_signature  # emptied signature buckets are dropped
+    live.add(("b", "four"), words, frozenset())  # a signature's one item again
+    live.remove(("b", "five"), words, frozenset())  # not its item: kept
+    assert live.duplicate_candidates(words) == {("b", "four")}

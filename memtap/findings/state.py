@@ -183,18 +183,21 @@ class TraceState:
                     Removal(event.id, eff.item_id, namespace, eff.content_before)
                 )
             creator_role = old.role if old is not None and kind == _UPDATE else None
+            # Positional, in the fields' order (backend, item_id, namespace, content, tags, role,
+            # principal, session, turn, event_id, live, seq): half the cost of eleven keywords.
             item = LiveItem(
-                backend=event.backend,
-                item_id=eff.item_id,
-                namespace=namespace,
-                content=eff.content_after or "",
-                tags=eff.tags_after or (old.tags if old is not None else None),
-                role=creator_role or (str(ctx.role) if ctx.role is not None else None),
-                principal=ctx.principal,
-                session=ctx.session,
-                turn=ctx.turn,
-                event_id=event.id,
-                seq=self.made_live,
+                event.backend,
+                eff.item_id,
+                namespace,
+                eff.content_after or "",
+                eff.tags_after or (old.tags if old is not None else None),
+                creator_role or (str(ctx.role) if ctx.role is not None else None),
+                ctx.principal,
+                ctx.session,
+                ctx.turn,
+                event.id,
+                True,
+                self.made_live,
             )
             self.made_live += 1
             self.items[key] = item
