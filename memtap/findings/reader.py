@@ -27,6 +27,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import lru_cache
+from sys import intern
 from typing import Any
 
 from memtap.errors import StoreError
@@ -124,12 +125,10 @@ def _json(text: str) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
-# One string object per namespace and backend read (``_shared``): the state keeps one per live item
-# (its namespace, its key's backend), and the rules compare them for every effect (an item's
-# namespace against the call's): equal objects compare without reading their characters, and a
-# million items share a few hundred strings. Forgotten when it grows past ``_SHARED_MAX``.
-_SHARED: dict[str | None, Any] = {}  # each key its own value (None for None)
-_SHARED_MAX = 65536
+# Namespaces and backends are interned as they are read: the state keeps one per live item (its
+# namespace, its key's backend), and the rules compare them for every effect (an item's namespace
+# against the call's): equal objects compare without reading their characters, and a million items
+# share a few hundred strings.
 
 
 @lru_cache(maxsize=4096)
@@ -147,7 +146,7 @@ def _context(text: str) -> Context:
     if role is not None:
         values["role"] = _ROLES[role]
     namespace = values["namespace"]
-    values["namespace"] = _SHARED.setdefault(namespace, namespace)
+    values["namespace"] = namespace if namespace is None else intern(namespace)
     return built_model(Context, values, frozenset(data))
 
 
@@ -200,7 +199,7 @@ def _read_lean_effects(
 ) -> None:
     """Each row's effect, made in this loop (millions of them: no other call per row), appended to
     its event's list; the events with a delete or update effect added to ``removing``."""
-    lean, kinds, tags_of, loads, shared = LeanEffect, _KINDS, _tags, _json, _SHARED.setdefault
+    lean, kinds, tags_of, loads = LeanEffect, _KINDS, _tags, _json
     for event_id, kind, item_id, namespace, before, after, tags_after, derived in rows:
         mine = effects.get(event_id)
         if mine is None:
@@ -209,7 +208,7 @@ def _read_lean_effects(
             lean(
                 kinds[kind],
                 item_id,
-                shared(namespace, namespace),
+                namespace if namespace is None else intern(namespace),
                 before,
                 after,
                 None if tags_after is None else tags_of(tags_after),
@@ -242,7 +241,7 @@ def _lean_event(row: tuple[Any, ...], effects: list[LeanEffect], removing: bool)
     return LeanEvent(
         id_,
         datetime.fromisoformat(started_at),
-        _SHARED.setdefault(backend, backend),
+        intern(backend),
         tool,
         op,
         _context(context),
@@ -289,8 +288,6 @@ def read_page(
     sql = (_LEAN_EVENT_SQL if lean else _EVENT_SQL) + (" WHERE " + " AND ".join(where) if where else "")
     sql += (" ORDER BY rowid" if by_rowid else " ORDER BY id") + f" LIMIT {int(limit)}"
     removing: set[str] = set()
-    if len(_SHARED) > _SHARED_MAX:
-        _SHARED.clear()
     try:
         rows = conn.execute(sql, args).fetchall()
         if not rows:
