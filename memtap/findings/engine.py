@@ -30,8 +30,7 @@ from memtap.findings.lifecycle import (
     UntrustedOverwrite,
 )
 from memtap.findings.model import Detector, EventView, Finding, Shape
-from memtap.findings.state import TraceState
-from memtap.trace.models import EffectKind, Op
+from memtap.findings.state import TraceState, changes_state
 
 __all__ = ["DETECTOR_NAMES", "Engine", "EngineStats", "gc_paused", "make_detectors"]
 
@@ -79,7 +78,6 @@ def make_detectors(canaries: Sequence[Canary] = (), only: Iterable[str] | None =
 
 
 _DENYING = ("observe:would-deny", "enforce:withheld")  # gate verdicts that name denied items
-_CHANGING = frozenset([EffectKind.ADD, EffectKind.UPDATE, EffectKind.DELETE])  # what ``apply`` applies
 
 
 @contextmanager
@@ -125,9 +123,8 @@ class Engine:
         return self._plan(event)[0]
 
     def _plan(self, event: EventView) -> tuple[list[Detector], bool]:
-        """``detectors_for(event)``, and whether the event can change the state (``TraceState.apply``
-        does more than count it): a chat (its user turn) or an add, update or delete effect. A
-        retrieval, a quarter of a trace's events with ten effects each, changes nothing."""
+        """``detectors_for(event)``, and whether the event can change the state (``changes_state``:
+        a retrieval, a quarter of a trace's events with ten effects each, is only counted)."""
         gate = event.gate
         effects = event.effects
         # A plain tuple as the key, the one effect's kind as it is (most events have one); the
@@ -146,7 +143,7 @@ class Engine:
             kinds = frozenset([e.kind for e in effects])
             plan = self._by_key[key] = (
                 self._for_shape(Shape(key[0], key[1], key[2], kinds, *key[4:])),
-                key[0] == Op.CHAT or not kinds.isdisjoint(_CHANGING),
+                changes_state(key[0], kinds),
             )
         return plan
 

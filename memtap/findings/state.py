@@ -8,7 +8,7 @@ live detectors and ``memtap check`` see exactly the same thing.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from memtap.findings.model import EffectView, EventView
 from memtap.findings.supersede import clause_tuple, openings
 from memtap.trace.models import AccessTags, EffectKind, Op
 
-__all__ = ["LiveItem", "Removal", "TraceState", "effect_namespace", "last_user_text"]
+__all__ = ["LiveItem", "Removal", "TraceState", "changes_state", "effect_namespace", "last_user_text"]
 
 # Enum members and tuples of them as module constants: an ``EffectKind.X`` lookup costs about
 # 0.2 us, and the rules and the state ask them for every effect of a million events.
@@ -26,6 +26,7 @@ _ADD = EffectKind.ADD
 _UPDATE = EffectKind.UPDATE
 _DELETE = EffectKind.DELETE
 _CHAT = Op.CHAT
+_CHANGING = (_ADD, _UPDATE, _DELETE)  # the effects ``TraceState.apply`` applies (a retrieval changes nothing)
 _WRITE_OPS = (Op.WRITE, Op.UPDATE)
 
 _TURNS_KEPT = 200  # user turns remembered per session
@@ -160,8 +161,8 @@ class TraceState:
         wrote = False  # an add or update effect (the turn's write landed, when the call is a write)
         for eff in event.effects:
             kind = eff.kind
-            if kind != _DELETE and kind != _ADD and kind != _UPDATE:
-                continue  # a retrieval changes nothing
+            if kind not in _CHANGING:
+                continue
             key = (event.backend, eff.item_id)
             namespace = effect_namespace(event, eff)
             if kind == _DELETE:
@@ -248,6 +249,14 @@ class TraceState:
     def _turn_key(event: EventView) -> tuple[str, str, str | None, str | None]:
         ctx = event.context
         return (event.backend, ctx.namespace, ctx.session, ctx.turn)
+
+
+def changes_state(op: Op, kinds: Iterable[EffectKind]) -> bool:
+    """Whether :meth:`TraceState.apply` does more than count an event of ``op`` whose effects are
+    of ``kinds``: a chat (its user turn is kept) or an add, update or delete effect (what its loop
+    applies); a retrieval changes nothing. The engine asks once per event shape, and only counts
+    the events this says no for."""
+    return op == _CHAT or any(k in _CHANGING for k in kinds)
 
 
 def effect_namespace(event: EventView, eff: EffectView) -> str:
