@@ -5,6 +5,7 @@ when no gate verdict is recorded. Each through a real front door, with the corre
 
 from __future__ import annotations
 
+import re._parser as sre  # a pattern's own parse tree (the spellings test)
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,52 @@ async def test_a_readd_that_deletes_acknowledgements_erases_no_fact_but_one_that
         [observation_id("assistant", OFFER)],
         ["monday"],
     )
+
+
+def _spellings(items: Any) -> list[str]:
+    """Every text the parsed pattern ``items`` matches at its shortest, each optional part both
+    left out and taken once, each branch in turn (lookarounds and boundaries match nothing)."""
+    out = [""]
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            options = [chr(av)]
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            low, _, sub = av
+            options = ([""] if low == 0 else []) + [s * max(low, 1) for s in _spellings(sub)]
+        elif name == "SUBPATTERN":
+            options = _spellings(av[-1])
+        elif name == "BRANCH":
+            options = [s for branch in av[1] for s in _spellings(branch)]
+        elif name == "IN":  # a class: one of its members (a space for \s, a letter for \w)
+            kind, value = av[0]
+            options = [chr(value) if str(kind) == "LITERAL" else " " if "SPACE" in str(value) else "x"]
+        elif name in ("AT", "ASSERT", "ASSERT_NOT"):
+            options = [""]
+        else:
+            raise AssertionError(f"the spelling of {name} is not known here")
+        out = [a + b for a in out for b in options]
+    return out
+
+
+def test_the_quick_word_tests_before_the_cue_patterns_let_every_spelling_of_them_through() -> None:
+    """``asks_to_forget`` and ``states_change`` skip their patterns in ASCII text that holds none of
+    a few words: every text the patterns match (spelled from the patterns themselves, so a word
+    added to a pattern and not to its quick test fails here) gets the patterns' own answer."""
+    from memtap.findings.facts import _FORGET, asks_to_forget, is_correction
+    from memtap.findings.supersede import _NEGATED_CHANGE
+
+    forget = _spellings(sre.parse(_FORGET.pattern, _FORGET.flags))
+    negated = _spellings(sre.parse(_NEGATED_CHANGE.pattern, _NEGATED_CHANGE.flags))
+    assert len(forget) >= 14 and len(negated) >= 100
+    for spelling in forget:
+        for text in (f"Please {spelling} that.", f"PLEASE {spelling.upper()} THAT."):
+            assert _FORGET.search(text) is not None and asks_to_forget(text), text
+    for spelling in negated:
+        for text in (f"So {spelling} since then.", f"SO {spelling.upper()} SINCE THEN."):
+            assert _NEGATED_CHANGE.search(text) is not None, text
+            slow = is_correction(text) and is_correction(_NEGATED_CHANGE.sub(" ", text))
+            assert states_change(text) is slow, text
 
 
 def test_acknowledgements_and_infinitives_state_no_fact_while_values_and_places_do() -> None:

@@ -81,7 +81,8 @@ def states_change(text: str) -> bool:
     if text.isascii():
         # Every negated phrase ends with one of these words (in ASCII text a letter matches
         # ignoring case exactly when its lower case does): with none, nothing is blanked, and
-        # ``_NEGATED_CHANGE.sub`` (tried at every position) is not run.
+        # ``_NEGATED_CHANGE.sub`` (tried at every position) is not run. (The same test spells every
+        # match of the pattern against this: tests/test_findings_quality.py.)
         lowered = text.lower()
         if "chang" not in lowered and "updat" not in lowered and "differen" not in lowered:
             return True
