@@ -6,8 +6,9 @@ upstream's bytes: whole, or for a stream chunk by chunk as they arrive, cut only
 event boundaries so an error event can always follow cleanly. Parsing the answer for
 the trace (content, tool calls, usage, time to first token) and capturing memories
 happen after the caller has its last byte; a stream's summary, where nothing in the call
-reads it (memory ``off``, not durable, no OpenTelemetry spans), on the recorder's thread
-just before the event is stored (``CallRecord.deferred``).
+reads it (memory ``off``, no OpenTelemetry spans), is left to the recorder
+(``CallRecord.deferred``): its thread makes it just before the event is stored, or in
+durable mode the recording call, before the commit.
 
 Latency decomposition recorded on the ``chat`` event (milliseconds, monotonic clock,
 from the moment the request reached the endpoint):
@@ -116,6 +117,12 @@ class _Forwarded:
     error: UpstreamError | None = None
     disconnected: bool = False
     ended_at: float = 0.0
+
+    @property
+    def cut(self) -> bool:
+        """Whether the stream ended before the upstream finished it (the client left, or the
+        upstream broke off): its completion is partial."""
+        return self.disconnected or self.error is not None
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -299,23 +306,23 @@ class ChatProxy:
                 forwarded = await self._forward(chunks, receive, send, held)
             call.end_backend()
             call.total_ms = (forwarded.ended_at - t0) * 1000
-            if forwarded.disconnected or forwarded.error is not None:
+            if forwarded.cut:
                 complete = False
                 call.error = (
                     "client disconnected mid-stream" if forwarded.disconnected else str(forwarded.error)
                 )
-            if mode == "off" and not self.recorder.durable and not tracing():
-                # Nothing here reads the reply (no capture, no span): the stream's summary is made
-                # on the recorder's thread, in a batch with other streams' (about half the CPU it
-                # takes here, between requests), before the event is stored. (A whole answer's
-                # parse, a tenth of the cost, is left here: moving it measured nothing.)
+            if mode == "off" and not tracing():
+                # Nothing here reads the reply (no capture, no span): the stream's summary is left
+                # to the recorder, which makes it on its thread, in a batch with other streams'
+                # (about half the CPU it takes here, between requests), before the event is stored
+                # (durable: before the commit the answer's end waits for). A whole answer's parse,
+                # a tenth of the cost, stays here: moving it measured nothing.
                 call.deferred = functools.partial(_finish_stream, forwarded, t0, {"mode": mode})
                 return
             result, call.ttft_ms = _stream_result(forwarded, t0)
-        usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
-        if usage is not None:
-            call.input_tokens = usage.get("prompt_tokens")
-            call.output_tokens = usage.get("completion_tokens")
+        tokens = _usage_tokens(result)
+        if tokens is not None:
+            call.input_tokens, call.output_tokens = tokens
         if result.get("choices"):
             reply = result["choices"][0].get("message", {}).get("content")
         result["memory"] = {"mode": mode}
@@ -437,7 +444,7 @@ def _stream_result(forwarded: _Forwarded, t0: float) -> tuple[dict[str, Any], fl
     summary = summarise_stream(forwarded.sent)
     result = summary.result()
     first = summary.first_token_at or (forwarded.sent[0][0] if forwarded.sent else None)
-    if forwarded.disconnected or forwarded.error is not None:
+    if forwarded.cut:
         result["partial"] = True
     return result, (first - t0) * 1000 if first is not None else None
 
@@ -446,13 +453,18 @@ def _finish_stream(forwarded: _Forwarded, t0: float, memory: dict[str, Any], eve
     """Fill a stream's event with what :meth:`ChatProxy._serve` would have put in it (the result,
     its usage and the time to first token), on the recorder's thread."""
     result, ttft_ms = _stream_result(forwarded, t0)
-    usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
-    if usage is not None:
-        event.input_tokens = usage.get("prompt_tokens")
-        event.output_tokens = usage.get("completion_tokens")
+    tokens = _usage_tokens(result)
+    if tokens is not None:
+        event.input_tokens, event.output_tokens = tokens
     result["memory"] = memory
     event.result = result
     event.ttft_ms = None if ttft_ms is None else round(ttft_ms, 4)
+
+
+def _usage_tokens(result: dict[str, Any]) -> tuple[Any, Any] | None:
+    """The prompt and completion tokens of a result's usage, when it has a usage object."""
+    usage = result.get("usage")
+    return (usage.get("prompt_tokens"), usage.get("completion_tokens")) if isinstance(usage, dict) else None
 
 
 def _response_result(data: bytes) -> dict[str, Any]:
